@@ -1,0 +1,206 @@
+//! The brupop backoff model, generalised: delay = min(base·2^n, cap) where n
+//! is the crash count, with optional jitter. Pure and saturating: a huge crash
+//! count or a huge base never overflows, it is simply capped.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackoffPolicy {
+    #[serde(with = "humantime_serde")]
+    pub base: Duration,
+    #[serde(with = "humantime_serde")]
+    pub cap: Duration,
+    /// Fraction of the delay randomised away (0 = none, 1 = full jitter).
+    pub jitter: f64,
+    /// A failure older than this no longer delays anything: counters are stale.
+    #[serde(with = "humantime_serde")]
+    pub quiet_window: Duration,
+}
+
+impl Default for BackoffPolicy {
+    /// brupop: 2^crash_count minutes, capped at 24h.
+    fn default() -> Self {
+        Self {
+            base: Duration::from_secs(60),
+            cap: Duration::from_secs(24 * 3600),
+            jitter: 0.0,
+            quiet_window: Duration::from_secs(3600),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum BackoffError {
+    #[error("backoff.base must be greater than zero")]
+    ZeroBase,
+    #[error("backoff.cap ({cap:?}) must be at least backoff.base ({base:?})")]
+    CapBelowBase { base: Duration, cap: Duration },
+    #[error("backoff.jitter must be within 0..=1, got {0}")]
+    Jitter(f64),
+}
+
+impl BackoffError {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::ZeroBase => "zero_base",
+            Self::CapBelowBase { .. } => "cap_below_base",
+            Self::Jitter(_) => "bad_jitter",
+        }
+    }
+}
+
+impl BackoffPolicy {
+    pub fn validate(&self) -> Result<(), BackoffError> {
+        if self.base.is_zero() {
+            return Err(BackoffError::ZeroBase);
+        }
+        if self.cap < self.base {
+            return Err(BackoffError::CapBelowBase {
+                base: self.base,
+                cap: self.cap,
+            });
+        }
+        if !(0.0..=1.0).contains(&self.jitter) {
+            return Err(BackoffError::Jitter(self.jitter));
+        }
+        Ok(())
+    }
+
+    /// min(base·2^n, cap) without jitter.
+    pub fn delay(&self, crash_count: u32) -> Duration {
+        let factor = 1u32.checked_shl(crash_count).unwrap_or(0);
+        if factor == 0 {
+            return self.cap;
+        }
+        self.base
+            .checked_mul(factor)
+            .map_or(self.cap, |d| d.min(self.cap))
+    }
+
+    /// The delay with jitter applied; `unit` is a uniform sample in [0, 1)
+    /// supplied by the caller so this stays deterministic under test.
+    pub fn jittered(&self, crash_count: u32, unit: f64) -> Duration {
+        let d = self.delay(crash_count);
+        let unit = if unit.is_finite() {
+            unit.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        d.mul_f64(1.0 - self.jitter * unit)
+    }
+
+    /// When the resource may be retried: failure time + delay. Without a
+    /// failure time there is nothing to wait for.
+    pub fn not_before(
+        &self,
+        crash_count: u32,
+        failure_time: Option<DateTime<Utc>>,
+    ) -> Option<DateTime<Utc>> {
+        let t = failure_time?;
+        let d = chrono::Duration::from_std(self.delay(crash_count)).ok()?;
+        t.checked_add_signed(d)
+    }
+
+    /// Seconds still to wait at `now` (zero once the delay has passed).
+    pub fn remaining(
+        &self,
+        crash_count: u32,
+        failure_time: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Duration {
+        self.not_before(crash_count, failure_time)
+            .and_then(|t| (t - now).to_std().ok())
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// Counters are stale when the last failure is older than the quiet window.
+    pub fn is_stale(&self, failure_time: Option<DateTime<Utc>>, now: DateTime<Utc>) -> bool {
+        match failure_time {
+            None => false,
+            Some(t) => (now - t).to_std().is_ok_and(|age| age >= self.quiet_window),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn brupop() -> BackoffPolicy {
+        BackoffPolicy::default()
+    }
+
+    #[test]
+    fn brupop_minutes_doubling_capped_at_a_day() {
+        let p = brupop();
+        assert_eq!(p.delay(0), Duration::from_secs(60));
+        assert_eq!(p.delay(1), Duration::from_secs(120));
+        assert_eq!(p.delay(5), Duration::from_secs(32 * 60));
+        assert_eq!(p.delay(10), Duration::from_secs(1024 * 60));
+        assert_eq!(p.delay(11), Duration::from_secs(24 * 3600));
+        assert_eq!(p.delay(u32::MAX), Duration::from_secs(24 * 3600));
+    }
+
+    #[test]
+    fn not_before_and_remaining() {
+        let p = brupop();
+        let t: DateTime<Utc> = "2026-12-02T10:00:00Z".parse().unwrap();
+        assert_eq!(
+            p.not_before(2, Some(t)),
+            Some("2026-12-02T10:04:00Z".parse().unwrap())
+        );
+        let now: DateTime<Utc> = "2026-12-02T10:03:00Z".parse().unwrap();
+        assert_eq!(p.remaining(2, Some(t), now), Duration::from_secs(60));
+        let later: DateTime<Utc> = "2026-12-02T11:00:00Z".parse().unwrap();
+        assert_eq!(p.remaining(2, Some(t), later), Duration::ZERO);
+        assert_eq!(p.remaining(2, None, now), Duration::ZERO);
+        assert!(p.is_stale(Some(t), later));
+        assert!(!p.is_stale(Some(t), now));
+        assert!(!p.is_stale(None, later));
+    }
+
+    #[test]
+    fn invalid_policies_are_rejected() {
+        let mut p = brupop();
+        p.base = Duration::ZERO;
+        assert_eq!(p.validate().unwrap_err().label(), "zero_base");
+        p = brupop();
+        p.cap = Duration::from_secs(1);
+        assert_eq!(p.validate().unwrap_err().label(), "cap_below_base");
+        p = brupop();
+        p.jitter = 1.5;
+        assert_eq!(p.validate().unwrap_err().label(), "bad_jitter");
+        assert!(brupop().validate().is_ok());
+    }
+
+    proptest! {
+        #[test]
+        fn delay_is_monotonic_and_bounded(base_ms in 1u64..10_000_000, cap_mul in 1u32..100_000, n in 0u32..200) {
+            let base = Duration::from_millis(base_ms);
+            let p = BackoffPolicy { base, cap: base * cap_mul, jitter: 0.5, quiet_window: Duration::from_secs(1) };
+            let d = p.delay(n);
+            prop_assert!(d >= p.base.min(p.cap));
+            prop_assert!(d <= p.cap);
+            prop_assert!(p.delay(n.saturating_add(1)) >= d);
+        }
+
+        #[test]
+        fn jitter_stays_within_bounds(n in 0u32..64, unit in proptest::num::f64::ANY, jitter in 0.0f64..=1.0) {
+            let p = BackoffPolicy { jitter, ..BackoffPolicy::default() };
+            let d = p.jittered(n, unit);
+            prop_assert!(d <= p.delay(n));
+            prop_assert!(d >= p.delay(n).mul_f64(1.0 - jitter) - Duration::from_nanos(1));
+        }
+
+        #[test]
+        fn not_before_never_panics(n in any::<u32>(), secs in -10_000_000_000i64..10_000_000_000) {
+            let p = brupop();
+            let t = DateTime::<Utc>::from_timestamp(secs, 0);
+            let _ = p.not_before(n, t);
+        }
+    }
+}

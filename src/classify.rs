@@ -1,0 +1,458 @@
+//! Transient vs terminal classification. Pure: a view and rules in, a verdict
+//! out. Unknown states are never terminal: only an explicit terminal rule or a
+//! profile's terminal state makes a resource terminal.
+
+use crate::profile::Profile;
+use crate::view::ResourceView;
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Healthy,
+    /// Worth retrying; `reason` is a rule name (a bounded metric label).
+    Transient {
+        reason: String,
+    },
+    /// Broken for this resource. `not_found` failures are also counted by
+    /// the outage breaker: many at once mean credentials or an outage.
+    Terminal {
+        reason: String,
+        not_found: bool,
+    },
+    /// A profile field had the wrong type; the resource is never touched.
+    Unclassifiable {
+        field: &'static str,
+    },
+}
+
+impl Verdict {
+    pub fn state_label(&self) -> &'static str {
+        match self {
+            Self::Healthy => "healthy",
+            Self::Transient { .. } => "transient",
+            Self::Terminal { .. } => "terminal",
+            Self::Unclassifiable { .. } => "unclassifiable",
+        }
+    }
+
+    pub fn is_failing(&self) -> bool {
+        matches!(self, Self::Transient { .. } | Self::Terminal { .. })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleVerdict {
+    Transient,
+    Terminal,
+    /// Terminal for the resource, and a signal for the outage breaker.
+    NotFound,
+}
+
+/// A rule as written in config. All given matchers must match.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSpec {
+    pub name: String,
+    pub verdict: RuleVerdict,
+    /// Regex over failure reason, failure message and non-True condition
+    /// reasons/messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Regex over the failure reason only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClassifyError {
+    #[error("rule {rule:?}: invalid regex in {field}: {source}")]
+    Regex {
+        rule: String,
+        field: &'static str,
+        #[source]
+        source: Box<regex::Error>,
+    },
+    #[error("rule {0:?}: needs `text` or `reason`")]
+    NoMatcher(String),
+    #[error("rule name {0:?} must be lowercase [a-z0-9_]+ (it is a metric label)")]
+    BadName(String),
+}
+
+impl ClassifyError {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Regex { .. } => "bad_regex",
+            Self::NoMatcher(_) => "no_matcher",
+            Self::BadName(_) => "bad_name",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Rule {
+    name: String,
+    verdict: RuleVerdict,
+    text: Option<Regex>,
+    reason: Option<Regex>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Classifier {
+    rules: Vec<Rule>,
+}
+
+/// Seed rules. Transient rules come first so a message that mentions both a
+/// timeout and "not found" is retried rather than given up on.
+pub fn default_rules() -> Vec<RuleSpec> {
+    let r = |name: &str, verdict, text: &str| RuleSpec {
+        name: name.into(),
+        verdict,
+        text: Some(text.into()),
+        reason: None,
+    };
+    use RuleVerdict::*;
+    vec![
+        r(
+            "throttled",
+            Transient,
+            r"(?i)throttl|rate.?limit|too many requests|\b429\b|RequestLimitExceeded|SlowDown",
+        ),
+        r(
+            "quota",
+            Transient,
+            r"(?i)quota|insufficient.?capacity|SkuNotAvailable|AllocationFailed",
+        ),
+        r(
+            "server_error",
+            Transient,
+            r"(?i)\b5\d\d\b|internal server error|internal error|bad gateway|service unavailable|gateway time-?out|ServerBusy",
+        ),
+        r(
+            "timeout",
+            Transient,
+            r"(?i)timed? ?out|timeout|deadline exceeded",
+        ),
+        r(
+            "connection",
+            Transient,
+            r"(?i)connection (refused|reset)|no route to host|\bEOF\b|broken pipe|tls handshake|dial tcp|no such host|temporar",
+        ),
+        r(
+            "not_found",
+            NotFound,
+            r"(?i)not.?found|\b404\b|does not exist|InvalidInstanceID",
+        ),
+    ]
+}
+
+impl Classifier {
+    pub fn new(specs: &[RuleSpec]) -> Result<Self, ClassifyError> {
+        let compile = |rule: &str, field, re: &Option<String>| {
+            re.as_deref()
+                .map(|s| {
+                    Regex::new(s).map_err(|e| ClassifyError::Regex {
+                        rule: rule.to_string(),
+                        field,
+                        source: Box::new(e),
+                    })
+                })
+                .transpose()
+        };
+        let mut rules = Vec::with_capacity(specs.len());
+        for s in specs {
+            let valid_name = !s.name.is_empty()
+                && s.name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if !valid_name {
+                return Err(ClassifyError::BadName(s.name.clone()));
+            }
+            if s.text.is_none() && s.reason.is_none() {
+                return Err(ClassifyError::NoMatcher(s.name.clone()));
+            }
+            rules.push(Rule {
+                name: s.name.clone(),
+                verdict: s.verdict,
+                text: compile(&s.name, "text", &s.text)?,
+                reason: compile(&s.name, "reason", &s.reason)?,
+            });
+        }
+        Ok(Self { rules })
+    }
+
+    pub fn classify(&self, profile: &Profile, view: &ResourceView) -> Verdict {
+        if let Some(field) = view.malformed.first() {
+            return Verdict::Unclassifiable { field };
+        }
+        if let Some(state) = view.state.as_deref()
+            && profile.terminal_states.iter().any(|s| s == state)
+        {
+            return Verdict::Terminal {
+                reason: "instance_error".into(),
+                not_found: false,
+            };
+        }
+        if view.has_failure() {
+            return self.match_rules(view, true).unwrap_or(Verdict::Transient {
+                // Unknown failures are retried, never given up on.
+                reason: "unmatched".into(),
+            });
+        }
+        if let Some(v) = self.match_rules(view, false) {
+            return v;
+        }
+        if view.crash_count.is_some_and(|n| n > 0) {
+            return Verdict::Transient {
+                reason: "crash_loop".into(),
+            };
+        }
+        Verdict::Healthy
+    }
+
+    /// With `with_failure` false only conditions are looked at (a failing
+    /// condition without failure fields, as in CAPI v1beta2).
+    fn match_rules(&self, view: &ResourceView, with_failure: bool) -> Option<Verdict> {
+        let mut texts: Vec<&str> = Vec::new();
+        if with_failure {
+            texts.extend(view.failure_reason.as_deref());
+            texts.extend(view.failure_message.as_deref());
+        }
+        for c in view
+            .conditions
+            .iter()
+            .filter(|c| c.status.as_ref() == "False")
+        {
+            texts.extend(c.reason.as_deref());
+            texts.extend(c.message.as_deref());
+        }
+        if texts.is_empty() {
+            return None;
+        }
+        let reason = view.failure_reason.as_deref().filter(|_| with_failure);
+        self.rules.iter().find_map(|rule| {
+            let text_ok = rule
+                .text
+                .as_ref()
+                .is_none_or(|re| texts.iter().any(|t| re.is_match(t)));
+            let reason_ok = rule
+                .reason
+                .as_ref()
+                .is_none_or(|re| reason.is_some_and(|r| re.is_match(r)));
+            (text_ok && reason_ok).then(|| match rule.verdict {
+                RuleVerdict::Transient => Verdict::Transient {
+                    reason: rule.name.clone(),
+                },
+                RuleVerdict::Terminal => Verdict::Terminal {
+                    reason: rule.name.clone(),
+                    not_found: false,
+                },
+                RuleVerdict::NotFound => Verdict::Terminal {
+                    reason: rule.name.clone(),
+                    not_found: true,
+                },
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::builtin;
+    use crate::view::ConditionView;
+
+    fn classifier() -> Classifier {
+        Classifier::new(&default_rules()).expect("seed rules compile")
+    }
+
+    fn failing(reason: &str, message: &str) -> ResourceView {
+        ResourceView {
+            failure_reason: Some(reason.into()),
+            failure_message: Some(message.into()),
+            ..ResourceView::default()
+        }
+    }
+
+    fn transient(reason: &str) -> Verdict {
+        Verdict::Transient {
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn cloud_errors_are_transient() {
+        let p = builtin("openstack-machine").unwrap();
+        let c = classifier();
+        let cases = [
+            (
+                "CreateError",
+                "Expected HTTP response code [200 202] when accessing [POST https://nova:8774/v2.1/servers], but got 503 instead",
+                "server_error",
+            ),
+            (
+                "CreateError",
+                "Request forbidden: Quota exceeded for instances: Requested 1, but already used 100 of 100 instances",
+                "quota",
+            ),
+            (
+                "UpdateError",
+                "RequestLimitExceeded: Request limit exceeded.",
+                "throttled",
+            ),
+            (
+                "CreateError",
+                "Get \"https://keystone:5000/v3\": dial tcp 10.0.0.1:5000: connect: connection refused",
+                "connection",
+            ),
+            ("CreateError", "context deadline exceeded", "timeout"),
+        ];
+        for (reason, msg, want) in cases {
+            assert_eq!(
+                c.classify(&p, &failing(reason, msg)),
+                transient(want),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn not_found_is_terminal_and_flagged_for_the_breaker() {
+        let p = builtin("aws-machine").unwrap();
+        let v = classifier().classify(
+            &p,
+            &failing(
+                "UpdateError",
+                "InvalidInstanceID.NotFound: The instance ID 'i-0abc' does not exist",
+            ),
+        );
+        assert_eq!(
+            v,
+            Verdict::Terminal {
+                reason: "not_found".into(),
+                not_found: true
+            }
+        );
+    }
+
+    #[test]
+    fn timeout_wins_over_not_found() {
+        let p = builtin("openstack-machine").unwrap();
+        let v = classifier().classify(
+            &p,
+            &failing("CreateError", "timeout waiting for port: not found"),
+        );
+        assert_eq!(v, transient("timeout"));
+    }
+
+    #[test]
+    fn error_instance_state_is_terminal_but_unknown_state_is_not() {
+        let p = builtin("openstack-machine").unwrap();
+        let c = classifier();
+        let mut v = ResourceView {
+            state: Some("ERROR".into()),
+            ..ResourceView::default()
+        };
+        assert!(
+            matches!(c.classify(&p, &v), Verdict::Terminal { ref reason, not_found: false } if reason == "instance_error")
+        );
+        v.state = Some("SOME_NEW_STATE".into());
+        assert_eq!(c.classify(&p, &v), Verdict::Healthy);
+        let mut failed = failing("CreateError", "something nobody has seen before");
+        failed.state = Some("SOME_NEW_STATE".into());
+        assert_eq!(c.classify(&p, &failed), transient("unmatched"));
+    }
+
+    #[test]
+    fn crash_count_without_failure_is_transient() {
+        let p = builtin("bottlerocket-shadow").unwrap();
+        let v = ResourceView {
+            crash_count: Some(3),
+            ..ResourceView::default()
+        };
+        assert_eq!(classifier().classify(&p, &v), transient("crash_loop"));
+        let ok = ResourceView {
+            crash_count: Some(0),
+            ..ResourceView::default()
+        };
+        assert_eq!(classifier().classify(&p, &ok), Verdict::Healthy);
+    }
+
+    #[test]
+    fn false_condition_matching_a_rule_is_classified() {
+        let p = builtin("capi-machine").unwrap();
+        let v = ResourceView {
+            conditions: vec![ConditionView {
+                type_: "InfrastructureReady".into(),
+                status: "False".into(),
+                reason: Some("InstanceProvisionFailed".into()),
+                message: Some("503 Service Unavailable".into()),
+            }],
+            ..ResourceView::default()
+        };
+        assert_eq!(classifier().classify(&p, &v), transient("server_error"));
+        let provisioning = ResourceView {
+            conditions: vec![ConditionView {
+                type_: "Ready".into(),
+                status: "False".into(),
+                reason: Some("WaitingForBootstrapData".into()),
+                message: None,
+            }],
+            ..ResourceView::default()
+        };
+        assert_eq!(classifier().classify(&p, &provisioning), Verdict::Healthy);
+    }
+
+    #[test]
+    fn malformed_is_unclassifiable() {
+        let p = builtin("bottlerocket-shadow").unwrap();
+        let v = ResourceView {
+            malformed: vec!["crash_count"],
+            crash_count: None,
+            ..ResourceView::default()
+        };
+        assert_eq!(
+            classifier().classify(&p, &v),
+            Verdict::Unclassifiable {
+                field: "crash_count"
+            }
+        );
+    }
+
+    #[test]
+    fn reason_matcher_and_text_matcher_both_must_match() {
+        let specs = vec![RuleSpec {
+            name: "gone".into(),
+            verdict: RuleVerdict::Terminal,
+            text: Some("(?i)deleted".into()),
+            reason: Some("^DeleteError$".into()),
+        }];
+        let c = Classifier::new(&specs).unwrap();
+        let p = builtin("capi-machine").unwrap();
+        assert!(matches!(
+            c.classify(&p, &failing("DeleteError", "server deleted")),
+            Verdict::Terminal { .. }
+        ));
+        assert_eq!(
+            c.classify(&p, &failing("CreateError", "server deleted")),
+            transient("unmatched")
+        );
+    }
+
+    #[test]
+    fn bad_rules_are_rejected_with_labels() {
+        let mut spec = default_rules()[0].clone();
+        spec.text = Some("(unclosed".into());
+        let e = Classifier::new(&[spec.clone()]).unwrap_err();
+        assert_eq!(e.label(), "bad_regex");
+        spec.name = "Bad Name".into();
+        assert_eq!(
+            Classifier::new(&[spec.clone()]).unwrap_err().label(),
+            "bad_name"
+        );
+        spec.name = "ok".into();
+        spec.text = None;
+        assert_eq!(Classifier::new(&[spec]).unwrap_err().label(), "no_matcher");
+    }
+}

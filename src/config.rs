@@ -1,0 +1,535 @@
+//! The YAML config file (mounted from a ConfigMap). Parsed strictly: unknown
+//! keys are errors, and every validation error names the field at fault.
+
+use crate::backoff::BackoffPolicy;
+use crate::classify::{Classifier, RuleSpec, default_rules};
+use crate::profile::{self, Profile};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config is not valid YAML for remedy: {0}")]
+    Parse(#[from] serde_yaml_ng::Error),
+    #[error("config field `{field}`: {message}")]
+    Invalid { field: String, message: String },
+}
+
+impl ConfigError {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Read { .. } => "read",
+            Self::Parse(_) => "parse",
+            Self::Invalid { .. } => "invalid",
+        }
+    }
+
+    fn invalid(field: impl Into<String>, message: impl ToString) -> Self {
+        Self::Invalid {
+            field: field.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+/// A profile entry: a built-in by name, a built-in with another API version
+/// (e.g. CAPI v1beta2), or a full custom profile for any CRD.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ProfileRef {
+    Builtin(String),
+    Override { builtin: String, version: String },
+    Custom(Box<Profile>),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// Tokens added per second, cluster-wide.
+    pub refill_per_second: f64,
+    /// Bucket size: the most writes allowed in a burst.
+    pub burst: u32,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        Self {
+            refill_per_second: 0.5,
+            burst: 10,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerConfig {
+    /// Opens when the failing share of watched resources reaches this.
+    pub open_ratio: f64,
+    /// Closes (after `cooldown`) only once the share is below this.
+    pub close_ratio: f64,
+    /// Fewer failing resources than this never open the breaker.
+    pub min_resources: u32,
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+    #[serde(with = "humantime_serde")]
+    pub cooldown: Duration,
+    /// Optional PromQL returning the fleet-wide ratio across remedy instances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self {
+            open_ratio: 0.3,
+            close_ratio: 0.1,
+            min_resources: 5,
+            window: Duration::from_secs(300),
+            cooldown: Duration::from_secs(600),
+            query: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// File holding the bearer token Alertmanager sends. Without it the
+    /// webhook is disabled (remedy refuses unauthenticated writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    pub max_body_bytes: usize,
+    /// Notifications queued for processing before 503 is answered.
+    pub queue: usize,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self {
+            token_file: None,
+            max_body_bytes: 1 << 20,
+            queue: 1024,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalsConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alertmanager_url: Option<String>,
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// How long an alert must stay resolved before remediation starts.
+    #[serde(with = "humantime_serde")]
+    pub settle: Duration,
+}
+
+impl Default for SignalsConfig {
+    fn default() -> Self {
+        Self {
+            prometheus_url: None,
+            alertmanager_url: None,
+            timeout: Duration::from_secs(5),
+            settle: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Which resources an alert is about: alert labels name resource
+/// coordinates, and static label selectors narrow further.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Selector {
+    /// Alert label holding the resource namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_label: Option<String>,
+    /// Alert label holding the resource kind (e.g. `kind` from remedy's metrics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind_label: Option<String>,
+    /// Alert label holding the resource name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_label: Option<String>,
+    /// Alert label holding a CAPI cluster name, matched against the
+    /// resource label `cluster.x-k8s.io/cluster-name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_label: Option<String>,
+    /// Resource labels that must all match.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertRule {
+    pub alertname: String,
+    #[serde(default)]
+    pub select: Selector,
+    /// PromQL that must return no series for the condition to count as
+    /// cleared; defaults to the ALERTS series of this alert.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_query: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaderConfig {
+    pub enabled: bool,
+    pub lease_name: String,
+    pub namespace: String,
+    #[serde(with = "humantime_serde")]
+    pub lease_duration: Duration,
+}
+
+impl Default for LeaderConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            lease_name: "remedy".into(),
+            namespace: "remedy-system".into(),
+            lease_duration: Duration::from_secs(15),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassificationConfig {
+    pub rules: Vec<RuleSpec>,
+}
+
+impl Default for ClassificationConfig {
+    fn default() -> Self {
+        Self {
+            rules: default_rules(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub dry_run: bool,
+    pub profiles: Vec<ProfileRef>,
+    /// Namespaces to watch; empty means all.
+    pub namespaces: Vec<String>,
+    pub backoff: BackoffPolicy,
+    pub budget: BudgetConfig,
+    pub breaker: BreakerConfig,
+    pub webhook: WebhookConfig,
+    pub signals: SignalsConfig,
+    pub alerts: Vec<AlertRule>,
+    pub leader_election: LeaderConfig,
+    pub classification: ClassificationConfig,
+    /// Upper bound on per-resource metric series (per family).
+    pub max_resource_series: usize,
+    /// How often decisions are re-evaluated.
+    #[serde(with = "humantime_serde")]
+    pub tick: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            dry_run: false,
+            profiles: profile::builtins()
+                .into_iter()
+                .map(|p| ProfileRef::Builtin(p.name))
+                .collect(),
+            namespaces: Vec::new(),
+            backoff: BackoffPolicy::default(),
+            budget: BudgetConfig::default(),
+            breaker: BreakerConfig::default(),
+            webhook: WebhookConfig::default(),
+            signals: SignalsConfig::default(),
+            alerts: Vec::new(),
+            leader_election: LeaderConfig::default(),
+            classification: ClassificationConfig::default(),
+            max_resource_series: 10_000,
+            tick: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A config that passed validation, with profiles resolved and rules compiled.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    pub config: Config,
+    pub profiles: Vec<Profile>,
+    pub classifier: Classifier,
+}
+
+impl Config {
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        Ok(serde_yaml_ng::from_str(text)?)
+    }
+
+    pub fn load(path: &Path) -> Result<Validated, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_yaml(&text)?.validate()
+    }
+
+    pub fn validate(self) -> Result<Validated, ConfigError> {
+        let profiles = self.resolve_profiles()?;
+        self.backoff
+            .validate()
+            .map_err(|e| ConfigError::invalid("backoff", e))?;
+        let b = &self.budget;
+        if !(b.refill_per_second.is_finite() && b.refill_per_second > 0.0) {
+            return Err(ConfigError::invalid(
+                "budget.refill_per_second",
+                "must be a positive number",
+            ));
+        }
+        if b.burst == 0 {
+            return Err(ConfigError::invalid("budget.burst", "must be at least 1"));
+        }
+        let br = &self.breaker;
+        for (field, v) in [
+            ("breaker.open_ratio", br.open_ratio),
+            ("breaker.close_ratio", br.close_ratio),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+                return Err(ConfigError::invalid(field, "must be within (0, 1]"));
+            }
+        }
+        if br.close_ratio > br.open_ratio {
+            return Err(ConfigError::invalid(
+                "breaker.close_ratio",
+                "must not exceed breaker.open_ratio (hysteresis)",
+            ));
+        }
+        if br.window.is_zero() {
+            return Err(ConfigError::invalid("breaker.window", "must be positive"));
+        }
+        if self.webhook.max_body_bytes < 1024 {
+            return Err(ConfigError::invalid(
+                "webhook.max_body_bytes",
+                "must be at least 1024",
+            ));
+        }
+        if self.webhook.queue == 0 {
+            return Err(ConfigError::invalid("webhook.queue", "must be at least 1"));
+        }
+        for (field, url) in [
+            ("signals.prometheus_url", &self.signals.prometheus_url),
+            ("signals.alertmanager_url", &self.signals.alertmanager_url),
+        ] {
+            if let Some(u) = url
+                && !(u.starts_with("http://") || u.starts_with("https://"))
+            {
+                return Err(ConfigError::invalid(field, "must be an http(s) URL"));
+            }
+        }
+        if self.signals.timeout.is_zero() {
+            return Err(ConfigError::invalid("signals.timeout", "must be positive"));
+        }
+        if !self.alerts.is_empty() && self.signals.prometheus_url.is_none() {
+            return Err(ConfigError::invalid(
+                "signals.prometheus_url",
+                "is required when `alerts` are configured: remedy never remediates without verifying",
+            ));
+        }
+        for (i, a) in self.alerts.iter().enumerate() {
+            if a.alertname.is_empty() {
+                return Err(ConfigError::invalid(
+                    format!("alerts[{i}].alertname"),
+                    "must not be empty",
+                ));
+            }
+        }
+        let le = &self.leader_election;
+        if le.enabled && (le.lease_name.is_empty() || le.namespace.is_empty()) {
+            return Err(ConfigError::invalid(
+                "leader_election",
+                "lease_name and namespace are required when enabled",
+            ));
+        }
+        if le.enabled && le.lease_duration < Duration::from_secs(2) {
+            return Err(ConfigError::invalid(
+                "leader_election.lease_duration",
+                "must be at least 2s",
+            ));
+        }
+        if self.tick.is_zero() {
+            return Err(ConfigError::invalid("tick", "must be positive"));
+        }
+        let classifier = Classifier::new(&self.classification.rules)
+            .map_err(|e| ConfigError::invalid("classification.rules", e))?;
+        Ok(Validated {
+            config: self,
+            profiles,
+            classifier,
+        })
+    }
+
+    fn resolve_profiles(&self) -> Result<Vec<Profile>, ConfigError> {
+        if self.profiles.is_empty() {
+            return Err(ConfigError::invalid("profiles", "at least one is required"));
+        }
+        let mut out: Vec<Profile> = Vec::new();
+        for (i, r) in self.profiles.iter().enumerate() {
+            let field = format!("profiles[{i}]");
+            let p = match r {
+                ProfileRef::Builtin(name) => {
+                    profile::builtin(name).map_err(|e| ConfigError::invalid(&field, e))?
+                }
+                ProfileRef::Override { builtin, version } => {
+                    let mut p =
+                        profile::builtin(builtin).map_err(|e| ConfigError::invalid(&field, e))?;
+                    p.version = version.clone();
+                    p
+                }
+                ProfileRef::Custom(p) => *p.clone(),
+            };
+            p.validate().map_err(|e| ConfigError::invalid(&field, e))?;
+            if out.iter().any(|o| o.name == p.name) {
+                return Err(ConfigError::invalid(
+                    field,
+                    format!("duplicate profile name {:?}", p.name),
+                ));
+            }
+            if out.iter().any(|o| o.group == p.group && o.kind == p.kind) {
+                return Err(ConfigError::invalid(
+                    field,
+                    format!(
+                        "{}/{} is already watched by another profile (each object must be seen once)",
+                        p.group, p.kind
+                    ),
+                ));
+            }
+            out.push(p);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(yaml: &str) -> ConfigError {
+        Config::from_yaml(yaml)
+            .and_then(Config::validate)
+            .expect_err("config should be rejected")
+    }
+
+    #[test]
+    fn empty_file_gives_the_defaults() {
+        let v = Config::from_yaml("{}").unwrap().validate().unwrap();
+        assert_eq!(v.profiles.len(), 6);
+        assert_eq!(v.config.backoff.base, Duration::from_secs(60));
+        assert!(!v.config.dry_run);
+    }
+
+    #[test]
+    fn full_example_parses() {
+        let yaml = r#"
+listen: 127.0.0.1:9000
+dry_run: true
+profiles:
+  - capi-machine
+  - {builtin: capi-cluster, version: v1beta2}
+  - name: my-vm
+    group: example.com
+    version: v1
+    kind: VirtualMachine
+    fields:
+      failure_reason: [/status/error/reason]
+      state: [/status/phase]
+    terminal_states: [Broken]
+backoff: {base: 30s, cap: 1h, jitter: 0.2, quiet_window: 2h}
+budget: {refill_per_second: 2, burst: 20}
+breaker: {open_ratio: 0.5, close_ratio: 0.2, min_resources: 3, window: 1m, cooldown: 2m}
+webhook: {token_file: /tmp/token, max_body_bytes: 65536, queue: 16}
+signals: {prometheus_url: "http://127.0.0.1:9090", timeout: 2s, settle: 30s}
+alerts:
+  - alertname: RemedyTransientErrorRatioHigh
+    select: {kind_label: kind, match_labels: {tier: workers}}
+"#;
+        let v = Config::from_yaml(yaml).unwrap().validate().unwrap();
+        assert_eq!(v.profiles[1].version, "v1beta2");
+        assert_eq!(v.profiles[2].plural(), "virtualmachines");
+        assert_eq!(v.config.backoff.cap, Duration::from_secs(3600));
+        assert_eq!(
+            v.config.alerts[0].select.kind_label.as_deref(),
+            Some("kind")
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            ("bogus: 1", "unknown field `bogus`"),
+            (
+                "backoff: {base: 1m, cap: 1s, jitter: 0, quiet_window: 1h}",
+                "`backoff`",
+            ),
+            (
+                "backoff: {base: soon, cap: 1s, jitter: 0, quiet_window: 1h}",
+                "backoff",
+            ),
+            ("profiles: [nope]", "`profiles[0]`"),
+            (
+                "profiles: [capi-machine, capi-machine]",
+                "duplicate profile",
+            ),
+            (
+                "profiles: [capi-machine, {builtin: capi-machine, version: v1beta2}]",
+                "duplicate profile",
+            ),
+            (
+                "budget: {refill_per_second: 0, burst: 1}",
+                "budget.refill_per_second",
+            ),
+            (
+                "breaker: {open_ratio: 0.1, close_ratio: 0.5, min_resources: 1, window: 1m, cooldown: 1m}",
+                "breaker.close_ratio",
+            ),
+            ("alerts: [{alertname: X}]", "signals.prometheus_url"),
+            (
+                "signals: {prometheus_url: 'ftp://x', timeout: 1s, settle: 1s}",
+                "signals.prometheus_url",
+            ),
+            (
+                "classification: {rules: [{name: x, verdict: transient, text: '('}]}",
+                "classification.rules",
+            ),
+            (
+                "profiles: [{name: x, group: g, version: v1, kind: K, fields: {state: [status.phase]}}]",
+                "JSON pointer",
+            ),
+            (
+                "profiles: [{name: x, group: g, version: v1, kind: K, remediation: {clear_status: [/spec/x]}}]",
+                "under /status",
+            ),
+        ];
+        for (yaml, want) in cases {
+            let e = err(yaml).to_string();
+            assert!(e.contains(want), "{yaml}: {e} does not mention {want}");
+        }
+    }
+
+    #[test]
+    fn load_reports_missing_file() {
+        let e = Config::load(Path::new("/nonexistent/remedy.yaml")).unwrap_err();
+        assert_eq!(e.label(), "read");
+        assert!(e.to_string().contains("/nonexistent/remedy.yaml"));
+    }
+}

@@ -1,0 +1,16 @@
+//! remedy: turns Prometheus signals into safe, automatic remediation of stuck
+//! cloud resources on Kubernetes.
+//!
+//! Pure decision logic (`classify`, `backoff`, `budget`, `remediate::plan`) has
+//! no I/O; Kubernetes, HTTP and Prometheus live in the edge modules.
+
+pub mod app;
+pub mod backoff;
+pub mod classify;
+pub mod config;
+pub mod metrics;
+pub mod profile;
+pub mod server;
+pub mod store;
+pub mod view;
+pub mod watch;

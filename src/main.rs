@@ -1,0 +1,97 @@
+use clap::{Parser, Subcommand};
+use remedy::config::Config;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "remedy",
+    version,
+    about = "Safe, automatic remediation of stuck cloud resources"
+)]
+struct Cli {
+    /// Log format: text or json.
+    #[arg(long, global = true, default_value = "text", env = "REMEDY_LOG_FORMAT")]
+    log_format: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Watch, classify, export metrics and remediate.
+    Serve {
+        #[arg(long, env = "REMEDY_CONFIG")]
+        config: PathBuf,
+    },
+    /// Validate a config file and print the resolved profiles.
+    CheckConfig { file: PathBuf },
+    /// Print the built-in profiles as YAML.
+    Profiles,
+}
+
+fn init_tracing(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli.log_format);
+    match cli.command {
+        Command::Serve { config } => {
+            let v = match Config::load(&config) {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let rt = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match rt.block_on(remedy::app::serve(v)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::CheckConfig { file } => match Config::load(&file) {
+            Ok(v) => {
+                println!("config OK: {} profiles", v.profiles.len());
+                for p in &v.profiles {
+                    println!("  {:<20} {}/{}", p.name, p.api_version(), p.kind);
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Profiles => match serde_yaml_ng::to_string(&remedy::profile::builtins()) {
+            Ok(s) => {
+                print!("{s}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
