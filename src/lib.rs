@@ -10,6 +10,7 @@ pub mod classify;
 pub mod config;
 pub mod metrics;
 pub mod profile;
+pub mod remediate;
 pub mod server;
 pub mod store;
 pub mod view;

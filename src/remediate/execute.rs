@@ -1,0 +1,286 @@
+//! Carries out a goal against the apiserver: fetch fresh, plan one step,
+//! write it with a resourceVersion precondition, repeat. A 409 means the
+//! object changed under us, so we fetch and plan again rather than retry the
+//! same write; this is what keeps actions from being lost or doubled.
+
+use super::plan::{self, Done, Goal, Step};
+use crate::metrics::{ActionKindLabels, Metrics};
+use crate::profile::Profile;
+use crate::view::ResourceKey;
+use crate::watch;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+
+/// Conflicts tolerated per goal before giving up until the next tick.
+const MAX_CONFLICTS: u32 = 5;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("{key}: forbidden by RBAC: {source}")]
+    Forbidden {
+        key: ResourceKey,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("{key}: still conflicting after {MAX_CONFLICTS} attempts")]
+    Conflict { key: ResourceKey },
+    #[error("{key}: apiserver error: {source}")]
+    Api {
+        key: ResourceKey,
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+impl ExecError {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Forbidden { .. } => "forbidden",
+            Self::Conflict { .. } => "conflict",
+            Self::Api { .. } => "error",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    pub steps: Vec<Step>,
+    pub done: Done,
+    /// True when the object no longer exists.
+    pub gone: bool,
+}
+
+/// Paces writes cluster-wide (one leader writes): at most `burst` at once,
+/// then one every 1/rate seconds. Separate from the release budget so holds
+/// during an outage are fast but still bounded.
+pub struct WriteLimiter {
+    interval: Duration,
+    burst: u32,
+    state: Mutex<(Instant, u32)>,
+}
+
+impl WriteLimiter {
+    pub fn new(per_second: f64, burst: u32) -> Self {
+        let per_second = if per_second.is_finite() && per_second > 0.0 {
+            per_second
+        } else {
+            1.0
+        };
+        Self {
+            interval: Duration::from_secs_f64(1.0 / per_second),
+            burst: burst.max(1),
+            state: Mutex::new((Instant::now(), burst.max(1))),
+        }
+    }
+
+    pub async fn acquire(&self) {
+        loop {
+            let wait = {
+                let mut s = self.state.lock().await;
+                let now = Instant::now();
+                let earned = (now.duration_since(s.0).as_secs_f64() / self.interval.as_secs_f64())
+                    .floor() as u32;
+                if earned > 0 {
+                    s.1 = s.1.saturating_add(earned).min(self.burst);
+                    s.0 = now;
+                }
+                if s.1 > 0 {
+                    s.1 -= 1;
+                    return;
+                }
+                self.interval.saturating_sub(now.duration_since(s.0))
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+pub struct Executor {
+    client: Client,
+    metrics: Arc<Metrics>,
+    recorder: Recorder,
+    limiter: Arc<WriteLimiter>,
+    dry_run: bool,
+}
+
+impl Executor {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        limiter: Arc<WriteLimiter>,
+        dry_run: bool,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "remedy".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            limiter,
+            dry_run,
+        }
+    }
+
+    fn api(&self, profile: &Profile, key: &ResourceKey) -> Api<DynamicObject> {
+        let ns = (!key.namespace.is_empty()).then_some(key.namespace.as_ref());
+        watch::api(self.client.clone(), profile, ns)
+    }
+
+    /// Drives `goal` to completion for one resource.
+    pub async fn run(
+        &self,
+        profile: &Profile,
+        key: &ResourceKey,
+        goal: &Goal,
+    ) -> Result<Outcome, ExecError> {
+        let api = self.api(profile, key);
+        let mut steps = Vec::new();
+        let mut conflicts = 0;
+        loop {
+            let obj = match api.get_opt(&key.name).await {
+                Ok(Some(o)) => o,
+                Ok(None) => {
+                    return Ok(Outcome {
+                        steps,
+                        done: Done::Complete,
+                        gone: true,
+                    });
+                }
+                Err(e) => return Err(self.classify_err(key, e)),
+            };
+            let step = match plan::next_step(profile, &obj, goal) {
+                Ok(s) => s,
+                Err(done) => {
+                    if done == Done::ForeignPause && steps.is_empty() {
+                        self.metrics.action(goal.label(), "skipped");
+                        tracing::info!(resource = %key, goal = goal.label(), "paused by someone else: not touching it");
+                    }
+                    return Ok(Outcome {
+                        steps,
+                        done,
+                        gone: false,
+                    });
+                }
+            };
+            if self.dry_run {
+                let (planned, done) = plan::full_plan(profile, &obj, goal);
+                for s in &planned {
+                    self.metrics.action(s.action(goal), "dry_run");
+                }
+                tracing::info!(resource = %key, goal = goal.label(), steps = ?planned, "dry run: would write");
+                return Ok(Outcome {
+                    steps: planned,
+                    done,
+                    gone: false,
+                });
+            }
+            let body = plan::patch(profile, &obj, goal, step);
+            self.limiter.acquire().await;
+            let started = Instant::now();
+            let pp = PatchParams::default();
+            let res = if step.is_status() {
+                api.patch_status(&key.name, &pp, &Patch::Merge(&body)).await
+            } else {
+                api.patch(&key.name, &pp, &Patch::Merge(&body)).await
+            };
+            let action = step.action(goal);
+            self.metrics
+                .action_duration
+                .get_or_create(&ActionKindLabels { action })
+                .observe(started.elapsed().as_secs_f64());
+            match res {
+                Ok(updated) => {
+                    self.metrics.action(action, "success");
+                    tracing::info!(resource = %key, goal = goal.label(), action, "done");
+                    self.event(profile, &updated, goal, step).await;
+                    steps.push(step);
+                    conflicts = 0;
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    self.metrics.action(action, "conflict");
+                    conflicts += 1;
+                    tracing::debug!(resource = %key, action, conflicts, "conflict; re-reading");
+                    if conflicts >= MAX_CONFLICTS {
+                        return Err(ExecError::Conflict { key: key.clone() });
+                    }
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    self.metrics.action(action, "skipped");
+                    return Ok(Outcome {
+                        steps,
+                        done: Done::Complete,
+                        gone: true,
+                    });
+                }
+                Err(e) => {
+                    let err = self.classify_err(key, e);
+                    self.metrics.action(action, err.label());
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    fn classify_err(&self, key: &ResourceKey, e: kube::Error) -> ExecError {
+        match e {
+            kube::Error::Api(ref s) if s.code == 403 => ExecError::Forbidden {
+                key: key.clone(),
+                source: Box::new(e),
+            },
+            e => ExecError::Api {
+                key: key.clone(),
+                source: Box::new(e),
+            },
+        }
+    }
+
+    async fn event(&self, profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) {
+        let ar = watch::api_resource(profile);
+        let reference = obj.object_ref(&ar);
+        let (reason, note) = match step {
+            Step::Hold => ("Held", "remedy paused reconciliation during a cloud outage"),
+            Step::Unpause if *goal == Goal::Release => (
+                "Released",
+                "remedy removed its pause: the outage breaker closed",
+            ),
+            Step::Unpause => (
+                "Unpaused",
+                "remedy removed its pause: the alert is verified cleared",
+            ),
+            Step::SetSkipRemediation => (
+                "SkipRemediationSet",
+                "remedy guards the status clear from health-check remediation",
+            ),
+            Step::RemoveSkipRemediation => (
+                "SkipRemediationRemoved",
+                "remedy finished clearing failure status",
+            ),
+            Step::ClearFailure => (
+                "FailureCleared",
+                "remedy cleared transient failure status so the controller retries",
+            ),
+            Step::ResetCounters => (
+                "CountersReset",
+                "remedy reset crash counters after the outage cleared",
+            ),
+        };
+        let ev = Event {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: Some(note.into()),
+            action: step.action(goal).into(),
+            secondary: None,
+        };
+        // An Event is a report, not part of the action: failing to write it
+        // must not fail or repeat the action.
+        if let Err(e) = self.recorder.publish(&ev, &reference).await {
+            tracing::warn!(error = %e, reason, "could not publish Event");
+        }
+    }
+}

@@ -1,0 +1,453 @@
+//! Remediation planning. Pure: from the *current* object (fetched fresh at
+//! action time, never the cached view) and a goal, decide the next single
+//! write. Executing one step and planning again from the new object makes
+//! every goal idempotent: a retried or repeated goal never doubles a write.
+
+use crate::profile::{HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER, Profile, SKIP_MARKER};
+use crate::view::{Owner, PauseState};
+use kube::api::DynamicObject;
+use serde_json::{Map, Value, json};
+
+/// What remedy wants for a resource.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Goal {
+    /// Pause it (outage): only if nobody paused it already.
+    Hold(HoldRecord),
+    /// Undo our own hold, nothing else.
+    Release,
+    /// The triggering condition is verified cleared: clear failure status,
+    /// reset counters and undo our hold.
+    Remediate,
+}
+
+impl Goal {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Hold(_) => "hold",
+            Self::Release => "release",
+            Self::Remediate => "remediate",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Hold,
+    SetSkipRemediation,
+    ClearFailure,
+    ResetCounters,
+    RemoveSkipRemediation,
+    /// Removes our pause. Reported as `release` or `unpause` by goal.
+    Unpause,
+}
+
+impl Step {
+    /// The `action` metric label.
+    pub fn action(&self, goal: &Goal) -> &'static str {
+        match self {
+            Self::Hold => "hold",
+            Self::SetSkipRemediation | Self::RemoveSkipRemediation => "skip_remediation",
+            Self::ClearFailure => "clear_failure",
+            Self::ResetCounters => "reset_counters",
+            Self::Unpause => match goal {
+                Goal::Release => "release",
+                _ => "unpause",
+            },
+        }
+    }
+
+    /// Whether the patch goes to the status subresource.
+    pub fn is_status(&self) -> bool {
+        matches!(self, Self::ClearFailure | Self::ResetCounters)
+    }
+}
+
+/// Why there is nothing (more) to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Done {
+    /// Goal reached.
+    Complete,
+    /// Someone else paused it: remedy never touches it.
+    ForeignPause,
+    /// Being deleted: leave it alone.
+    Deleting,
+    /// The profile has no hold mechanism.
+    NotHoldable,
+}
+
+impl Done {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Complete => "complete",
+            Self::ForeignPause => "foreign_pause",
+            Self::Deleting => "deleting",
+            Self::NotHoldable => "not_holdable",
+        }
+    }
+}
+
+/// The next step towards `goal`, or why there is none.
+pub fn next_step(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> Result<Step, Done> {
+    let view = profile.project(obj);
+    if view.deleting {
+        return Err(Done::Deleting);
+    }
+    if view.pause == PauseState::Foreign {
+        return Err(Done::ForeignPause);
+    }
+    let ours = matches!(view.pause, PauseState::Ours { .. });
+    match goal {
+        Goal::Hold(_) => {
+            if profile.hold.is_none() {
+                Err(Done::NotHoldable)
+            } else if ours {
+                Err(Done::Complete)
+            } else {
+                Ok(Step::Hold)
+            }
+        }
+        Goal::Release => {
+            if ours {
+                Ok(Step::Unpause)
+            } else {
+                Err(Done::Complete)
+            }
+        }
+        Goal::Remediate => {
+            let needs_clear = !present_paths(profile, obj).is_empty();
+            let needs_reset = !differing_resets(profile, obj).is_empty();
+            let guard = profile.remediation.skip_remediation_annotation.is_some();
+            if needs_clear && guard && view.skip_remediation == Owner::Absent {
+                Ok(Step::SetSkipRemediation)
+            } else if needs_clear {
+                Ok(Step::ClearFailure)
+            } else if needs_reset {
+                Ok(Step::ResetCounters)
+            } else if view.skip_remediation == Owner::Remedy {
+                Ok(Step::RemoveSkipRemediation)
+            } else if ours {
+                Ok(Step::Unpause)
+            } else {
+                Err(Done::Complete)
+            }
+        }
+    }
+}
+
+/// The JSON merge patch for `step`, guarded by the object's resourceVersion
+/// so a concurrent change makes the write fail with 409 instead of
+/// overwriting what someone else just did.
+pub fn patch(profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) -> Value {
+    let rv = obj.metadata.resource_version.clone().unwrap_or_default();
+    let meta = |annotations: Value| json!({"metadata": {"resourceVersion": rv, "annotations": annotations}});
+    let pause_key = profile
+        .hold
+        .as_ref()
+        .map(|h| h.annotation.clone())
+        .unwrap_or_default();
+    let skip_key = profile
+        .remediation
+        .skip_remediation_annotation
+        .clone()
+        .unwrap_or_default();
+    match step {
+        Step::Hold => {
+            let record = match goal {
+                Goal::Hold(r) => serde_json::to_string(r).unwrap_or_default(),
+                _ => String::new(),
+            };
+            let mut a = Map::new();
+            a.insert(pause_key, Value::from(PAUSE_MARKER));
+            a.insert(HOLD_ANNOTATION.into(), Value::from(record));
+            meta(Value::Object(a))
+        }
+        Step::Unpause => {
+            let mut a = Map::new();
+            a.insert(pause_key, Value::Null);
+            a.insert(HOLD_ANNOTATION.into(), Value::Null);
+            meta(Value::Object(a))
+        }
+        Step::SetSkipRemediation => {
+            let mut a = Map::new();
+            a.insert(skip_key, Value::from(SKIP_MARKER));
+            meta(Value::Object(a))
+        }
+        Step::RemoveSkipRemediation => {
+            let mut a = Map::new();
+            a.insert(skip_key, Value::Null);
+            meta(Value::Object(a))
+        }
+        Step::ClearFailure => {
+            let mut body = json!({"metadata": {"resourceVersion": rv}});
+            for p in present_paths(profile, obj) {
+                set_path(&mut body, &p, Value::Null);
+            }
+            body
+        }
+        Step::ResetCounters => {
+            let mut body = json!({"metadata": {"resourceVersion": rv}});
+            for (p, v) in differing_resets(profile, obj) {
+                set_path(&mut body, &p, v);
+            }
+            body
+        }
+    }
+}
+
+/// Clearable status fields that are set now. Only these go into the patch:
+/// a merge patch naming an absent nested path would create empty parents.
+fn present_paths(profile: &Profile, obj: &DynamicObject) -> Vec<String> {
+    profile
+        .remediation
+        .clear_status
+        .iter()
+        .filter(|p| obj.data.pointer(p).is_some_and(|v| !v.is_null()))
+        .cloned()
+        .collect()
+}
+
+fn differing_resets(profile: &Profile, obj: &DynamicObject) -> Vec<(String, Value)> {
+    profile
+        .remediation
+        .reset_status
+        .iter()
+        .filter(|r| obj.data.pointer(&r.path).is_some_and(|v| *v != r.value))
+        .map(|r| (r.path.clone(), r.value.clone()))
+        .collect()
+}
+
+/// Sets `value` at a JSON pointer, creating objects on the way.
+fn set_path(root: &mut Value, pointer: &str, value: Value) {
+    let parts: Vec<String> = pointer
+        .split('/')
+        .skip(1)
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    let Some((last, parents)) = parts.split_last() else {
+        return;
+    };
+    let mut cur = root;
+    for part in parents {
+        if !cur.is_object() {
+            *cur = Value::Object(Map::new());
+        }
+        let Value::Object(map) = cur else { return };
+        cur = map
+            .entry(part.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+    if !cur.is_object() {
+        *cur = Value::Object(Map::new());
+    }
+    if let Value::Object(map) = cur {
+        map.insert(last.clone(), value);
+    }
+}
+
+/// RFC 7386 JSON merge patch, as the apiserver applies it. Used for dry-run
+/// plans and tests; resourceVersion handling is the server's, so it is
+/// ignored here.
+pub fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    if let Value::Object(t) = target {
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+    }
+}
+
+/// Applies a step's patch to a local copy of the object (dry-run, tests).
+pub fn apply_locally(obj: &DynamicObject, body: &Value) -> Option<DynamicObject> {
+    let mut v = serde_json::to_value(obj).ok()?;
+    let mut body = body.clone();
+    if let Some(m) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+    }
+    merge(&mut v, &body);
+    serde_json::from_value(v).ok()
+}
+
+/// Every step a goal takes from this object, computed without writing.
+/// Bounded: a plan never has more steps than there are step kinds.
+pub fn full_plan(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> (Vec<Step>, Done) {
+    let mut steps = Vec::new();
+    let mut cur = obj.clone();
+    for _ in 0..8 {
+        match next_step(profile, &cur, goal) {
+            Err(done) => return (steps, done),
+            Ok(step) => {
+                let body = patch(profile, &cur, goal, step);
+                steps.push(step);
+                match apply_locally(&cur, &body) {
+                    Some(next) => cur = next,
+                    None => break,
+                }
+            }
+        }
+    }
+    (steps, Done::Complete)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{CAPI_PAUSED, CAPI_SKIP_REMEDIATION, builtin};
+    use chrono::Utc;
+
+    fn obj(v: Value) -> DynamicObject {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn failed_machine(annotations: Value) -> DynamicObject {
+        obj(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m-0", "namespace": "default", "resourceVersion": "42", "annotations": annotations},
+            "status": {
+                "phase": "Failed",
+                "deprecated": {"v1beta1": {"failureReason": "CreateError", "failureMessage": "503 Service Unavailable"}},
+                "conditions": [{"type": "Ready", "status": "False", "reason": "Failed"}]
+            }
+        }))
+    }
+
+    fn record() -> HoldRecord {
+        HoldRecord {
+            since: Utc::now(),
+            reason: "alert RemedyTransientErrorRatioHigh".into(),
+        }
+    }
+
+    #[test]
+    fn remediation_wraps_clear_in_skip_remediation_and_unpauses_last() {
+        let p = builtin("capi-machine").unwrap();
+        let held = failed_machine(
+            json!({CAPI_PAUSED: PAUSE_MARKER, HOLD_ANNOTATION: serde_json::to_string(&record()).unwrap()}),
+        );
+        let (steps, done) = full_plan(&p, &held, &Goal::Remediate);
+        assert_eq!(
+            steps,
+            vec![
+                Step::SetSkipRemediation,
+                Step::ClearFailure,
+                Step::RemoveSkipRemediation,
+                Step::Unpause
+            ]
+        );
+        assert_eq!(done, Done::Complete);
+    }
+
+    #[test]
+    fn clear_patch_names_only_present_fields_and_carries_resource_version() {
+        let p = builtin("capi-machine").unwrap();
+        let m = failed_machine(json!({CAPI_SKIP_REMEDIATION: SKIP_MARKER}));
+        let body = patch(&p, &m, &Goal::Remediate, Step::ClearFailure);
+        assert_eq!(
+            body,
+            json!({"metadata": {"resourceVersion": "42"},
+                   "status": {"deprecated": {"v1beta1": {"failureReason": null, "failureMessage": null}}}})
+        );
+        let after = apply_locally(&m, &body).unwrap();
+        assert_eq!(after.data["status"]["deprecated"]["v1beta1"], json!({}));
+        assert_eq!(after.data["status"]["phase"], "Failed");
+    }
+
+    #[test]
+    fn a_human_pause_is_never_touched() {
+        let p = builtin("capi-machine").unwrap();
+        for value in ["", "true", "maintenance"] {
+            let m = failed_machine(json!({CAPI_PAUSED: value}));
+            for goal in [Goal::Remediate, Goal::Release, Goal::Hold(record())] {
+                assert_eq!(
+                    next_step(&p, &m, &goal),
+                    Err(Done::ForeignPause),
+                    "{value:?} {goal:?}"
+                );
+            }
+        }
+        // Our marker without our hold record is not ours either.
+        let m = failed_machine(json!({CAPI_PAUSED: PAUSE_MARKER}));
+        assert_eq!(next_step(&p, &m, &Goal::Release), Err(Done::ForeignPause));
+    }
+
+    #[test]
+    fn foreign_skip_remediation_is_left_in_place() {
+        let p = builtin("capi-machine").unwrap();
+        let m = failed_machine(json!({CAPI_SKIP_REMEDIATION: "true"}));
+        let (steps, done) = full_plan(&p, &m, &Goal::Remediate);
+        assert_eq!(steps, vec![Step::ClearFailure]);
+        assert_eq!(done, Done::Complete);
+    }
+
+    #[test]
+    fn hold_then_release_round_trips_annotations() {
+        let p = builtin("openstack-machine").unwrap();
+        let m = obj(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackMachine",
+            "metadata": {"name": "o", "namespace": "d", "resourceVersion": "1", "annotations": {"keep": "me"}},
+            "status": {"instanceState": "BUILD"}
+        }));
+        let goal = Goal::Hold(record());
+        let (steps, _) = full_plan(&p, &m, &goal);
+        assert_eq!(steps, vec![Step::Hold]);
+        let held = apply_locally(&m, &patch(&p, &m, &goal, Step::Hold)).unwrap();
+        assert!(matches!(p.project(&held).pause, PauseState::Ours { .. }));
+        assert_eq!(next_step(&p, &held, &goal), Err(Done::Complete));
+        let released =
+            apply_locally(&held, &patch(&p, &held, &Goal::Release, Step::Unpause)).unwrap();
+        assert_eq!(
+            released
+                .metadata
+                .annotations
+                .unwrap()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec![("keep".to_string(), "me".to_string())]
+        );
+    }
+
+    #[test]
+    fn brupop_reset_sets_crash_count_zero_and_drops_timestamp() {
+        let p = builtin("bottlerocket-shadow").unwrap();
+        let b = obj(json!({
+            "apiVersion": "brupop.bottlerocket.aws/v2", "kind": "BottlerocketShadow",
+            "metadata": {"name": "brs-node-1", "namespace": "brupop-bottlerocket-aws", "resourceVersion": "7"},
+            "status": {"current_version": "1.19.2", "target_version": "1.19.3", "current_state": "Idle",
+                       "crash_count": 4, "state_transition_failure_timestamp": "2026-12-02T10:00:00Z"}
+        }));
+        let (steps, done) = full_plan(&p, &b, &Goal::Remediate);
+        assert_eq!(steps, vec![Step::ClearFailure, Step::ResetCounters]);
+        assert_eq!(done, Done::Complete);
+        assert_eq!(
+            next_step(&p, &b, &Goal::Hold(record())),
+            Err(Done::NotHoldable)
+        );
+        let body = patch(&p, &b, &Goal::Remediate, Step::ResetCounters);
+        assert_eq!(body["status"], json!({"crash_count": 0}));
+    }
+
+    #[test]
+    fn deleting_objects_are_left_alone() {
+        let p = builtin("capi-machine").unwrap();
+        let mut v = serde_json::to_value(failed_machine(json!({}))).unwrap();
+        v["metadata"]["deletionTimestamp"] = json!("2026-12-02T10:00:00Z");
+        let m = obj(v);
+        assert_eq!(next_step(&p, &m, &Goal::Remediate), Err(Done::Deleting));
+    }
+
+    #[test]
+    fn merge_follows_rfc7386() {
+        let mut t = json!({"a": "b", "c": {"d": "e", "f": "g"}});
+        merge(&mut t, &json!({"a": "z", "c": {"f": null}}));
+        assert_eq!(t, json!({"a": "z", "c": {"d": "e"}}));
+    }
+}
