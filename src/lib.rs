@@ -11,6 +11,7 @@ pub mod config;
 pub mod metrics;
 pub mod profile;
 pub mod remediate;
+pub mod scope;
 pub mod server;
 pub mod store;
 pub mod view;

@@ -1,0 +1,145 @@
+//! Which resources an alert is about. Pure: alert labels + the configured
+//! selector in, a predicate over resources out.
+
+use crate::config::{AlertRule, Selector};
+use crate::view::{ResourceKey, ResourceView};
+use std::collections::BTreeMap;
+
+/// Resource label CAPI puts on every object of a workload cluster.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Scope {
+    pub alertname: String,
+    pub namespace: Option<String>,
+    pub kind: Option<String>,
+    pub name: Option<String>,
+    pub cluster: Option<String>,
+    pub match_labels: BTreeMap<String, String>,
+    /// The alert labels the scope was built from (only those the selector
+    /// names). Verification matches on exactly these, never on external
+    /// labels, which the local ALERTS series does not carry.
+    pub matchers: BTreeMap<String, String>,
+}
+
+impl Scope {
+    pub fn from_alert(rule: &AlertRule, labels: &BTreeMap<String, String>) -> Self {
+        let s: &Selector = &rule.select;
+        let mut matchers = BTreeMap::new();
+        let mut take = |label: &Option<String>| {
+            let l = label.as_ref()?;
+            let v = labels.get(l)?;
+            matchers.insert(l.clone(), v.clone());
+            Some(v.clone())
+        };
+        let namespace = take(&s.namespace_label);
+        let kind = take(&s.kind_label);
+        let name = take(&s.name_label);
+        let cluster = take(&s.cluster_label);
+        Self {
+            alertname: rule.alertname.clone(),
+            namespace,
+            kind,
+            name,
+            cluster,
+            match_labels: s.match_labels.clone(),
+            matchers,
+        }
+    }
+
+    /// Scope for a hold found on an object whose episode this process never
+    /// saw (after a restart or leader change): exactly that resource's kind.
+    pub fn recovered(alertname: &str, kind: &str) -> Self {
+        Self {
+            alertname: alertname.to_string(),
+            namespace: None,
+            kind: Some(kind.to_string()),
+            name: None,
+            cluster: None,
+            match_labels: BTreeMap::new(),
+            matchers: BTreeMap::new(),
+        }
+    }
+
+    pub fn matches(&self, key: &ResourceKey, view: &ResourceView) -> bool {
+        let eq = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
+        eq(&self.namespace, &key.namespace)
+            && eq(&self.kind, &key.kind)
+            && eq(&self.name, &key.name)
+            && self
+                .cluster
+                .as_deref()
+                .is_none_or(|c| view.label(CLUSTER_NAME_LABEL) == Some(c))
+            && self
+                .match_labels
+                .iter()
+                .all(|(k, v)| view.label(k) == Some(v.as_str()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(select: Selector) -> AlertRule {
+        AlertRule {
+            alertname: "RemedyTransientErrorRatioHigh".into(),
+            select,
+            verify_query: None,
+        }
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn view(l: &[(&str, &str)]) -> ResourceView {
+        ResourceView {
+            labels: l.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect(),
+            ..ResourceView::default()
+        }
+    }
+
+    #[test]
+    fn kind_label_narrows_and_external_labels_are_not_matchers() {
+        let r = rule(Selector {
+            kind_label: Some("kind".into()),
+            ..Selector::default()
+        });
+        let s = Scope::from_alert(
+            &r,
+            &labels(&[("alertname", "X"), ("kind", "OpenStackMachine"), ("cluster", "prod-eu")]),
+        );
+        assert_eq!(s.matchers, labels(&[("kind", "OpenStackMachine")]));
+        assert!(s.matches(&ResourceKey::new("OpenStackMachine", "ns", "a"), &view(&[])));
+        assert!(!s.matches(&ResourceKey::new("Machine", "ns", "a"), &view(&[])));
+    }
+
+    #[test]
+    fn cluster_and_static_labels_must_match() {
+        let r = rule(Selector {
+            cluster_label: Some("cluster_name".into()),
+            match_labels: labels(&[("tier", "workers")]),
+            ..Selector::default()
+        });
+        let s = Scope::from_alert(&r, &labels(&[("cluster_name", "c1")]));
+        let k = ResourceKey::new("Machine", "ns", "m");
+        assert!(s.matches(&k, &view(&[(CLUSTER_NAME_LABEL, "c1"), ("tier", "workers")])));
+        assert!(!s.matches(&k, &view(&[(CLUSTER_NAME_LABEL, "c2"), ("tier", "workers")])));
+        assert!(!s.matches(&k, &view(&[(CLUSTER_NAME_LABEL, "c1")])));
+    }
+
+    #[test]
+    fn a_selector_label_missing_from_the_alert_leaves_that_dimension_open() {
+        let r = rule(Selector {
+            namespace_label: Some("namespace".into()),
+            ..Selector::default()
+        });
+        let s = Scope::from_alert(&r, &labels(&[]));
+        assert!(s.matchers.is_empty());
+        assert!(s.matches(&ResourceKey::new("Machine", "any", "m"), &view(&[])));
+    }
+}
