@@ -52,7 +52,7 @@ pub enum ProfileRef {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct BudgetConfig {
     /// Tokens added per second, cluster-wide.
     pub refill_per_second: f64,
@@ -70,7 +70,7 @@ impl Default for BudgetConfig {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct BreakerConfig {
     /// Opens when the failing share of watched resources reaches this.
     pub open_ratio: f64,
@@ -101,7 +101,7 @@ impl Default for BreakerConfig {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct WebhookConfig {
     /// File holding the bearer token Alertmanager sends. Without it the
     /// webhook is disabled (remedy refuses unauthenticated writes).
@@ -123,7 +123,7 @@ impl Default for WebhookConfig {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct SignalsConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus_url: Option<String>,
@@ -183,7 +183,7 @@ pub struct AlertRule {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct LeaderConfig {
     pub enabled: bool,
     pub lease_name: String,
@@ -204,7 +204,7 @@ impl Default for LeaderConfig {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct ClassificationConfig {
     pub rules: Vec<RuleSpec>,
 }
