@@ -270,9 +270,13 @@ impl Profile {
         match annotations.get(&hold.annotation) {
             None => PauseState::NotPaused,
             Some(v) if v == PAUSE_MARKER => match annotations.get(HOLD_ANNOTATION) {
-                Some(record) => PauseState::Ours {
-                    since: HoldRecord::parse(record).map(|r| r.since),
-                },
+                Some(record) => {
+                    let r = HoldRecord::parse(record);
+                    PauseState::Ours {
+                        since: r.as_ref().map(|r| r.since),
+                        reason: r.map(|r| r.reason.into()),
+                    }
+                }
                 None => PauseState::Foreign,
             },
             Some(_) => PauseState::Foreign,
@@ -481,4 +485,165 @@ pub fn builtin(name: &str) -> Result<Profile, ProfileError> {
         .into_iter()
         .find(|p| p.name == name)
         .ok_or_else(|| ProfileError::UnknownBuiltin(name.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::{Classifier, Verdict, default_rules};
+
+    fn sample(yaml: &str) -> DynamicObject {
+        serde_yaml_ng::from_str(yaml).expect("sample parses")
+    }
+
+    fn verdict(p: &Profile, v: &ResourceView) -> Verdict {
+        Classifier::new(&default_rules()).unwrap().classify(p, v)
+    }
+
+    #[test]
+    fn capi_machine_v1beta1_failure_fields() {
+        let p = builtin("capi-machine").unwrap();
+        let v = p.project(&sample(include_str!(
+            "../testenv/samples/capi-machine-v1beta1-failed.yaml"
+        )));
+        assert!(v.failure_reason.is_some(), "{v:?}");
+        assert!(v.failure_message.is_some());
+        assert_eq!(v.state.as_deref(), Some("Failed"));
+        assert_eq!(v.label("cluster.x-k8s.io/cluster-name"), Some("prod-eu1"));
+        assert!(v.malformed.is_empty());
+    }
+
+    #[test]
+    fn capi_machine_v1beta2_reads_the_deprecated_block() {
+        let p = builtin("capi-machine").unwrap();
+        let v = p.project(&sample(include_str!(
+            "../testenv/samples/capi-machine-v1beta2-failed.yaml"
+        )));
+        assert_eq!(v.failure_reason.as_deref(), Some("UpdateError"));
+        assert!(
+            v.failure_message
+                .as_deref()
+                .is_some_and(|m| m.contains("terminated"))
+        );
+        assert!(!v.conditions.is_empty(), "v1beta2 conditions are projected");
+    }
+
+    #[test]
+    fn openstack_error_state_is_terminal() {
+        let p = builtin("openstack-machine").unwrap();
+        let v = p.project(&sample(include_str!(
+            "../testenv/samples/capo-openstackmachine-error.yaml"
+        )));
+        assert_eq!(v.state.as_deref(), Some("ERROR"));
+        assert_eq!(v.failure_reason.as_deref(), Some("UpdateError"));
+        assert!(
+            matches!(verdict(&p, &v), Verdict::Terminal { ref reason, .. } if reason == "instance_error")
+        );
+    }
+
+    #[test]
+    fn aws_and_azure_samples_project() {
+        let aws = builtin("aws-machine").unwrap();
+        let v = aws.project(&sample(include_str!(
+            "../testenv/samples/capa-awsmachine-terminated.yaml"
+        )));
+        assert_eq!(v.state.as_deref(), Some("terminated"));
+        assert!(matches!(verdict(&aws, &v), Verdict::Terminal { .. }));
+        let az = builtin("azure-machine").unwrap();
+        let v = az.project(&sample(include_str!(
+            "../testenv/samples/capz-azuremachine-failed.yaml"
+        )));
+        assert_eq!(v.state.as_deref(), Some("Failed"));
+        // "Failed" is not a configured terminal state for Azure: retried.
+        assert!(matches!(verdict(&az, &v), Verdict::Transient { .. }));
+    }
+
+    #[test]
+    fn bottlerocket_crash_count_and_nanosecond_timestamp() {
+        let p = builtin("bottlerocket-shadow").unwrap();
+        let v = p.project(&sample(include_str!(
+            "../testenv/samples/brupop-bottlerocketshadow-crashed.yaml"
+        )));
+        assert_eq!(v.crash_count, Some(3));
+        assert_eq!(
+            v.failure_time,
+            Some("2025-05-08T04:29:22.501337417Z".parse().unwrap())
+        );
+        assert_eq!(v.state.as_deref(), Some("ErrorReset"));
+        assert_eq!(
+            verdict(&p, &v),
+            Verdict::Transient {
+                reason: "crash_loop".into()
+            }
+        );
+    }
+
+    #[test]
+    fn mistyped_fields_are_malformed_not_guessed() {
+        let p = builtin("bottlerocket-shadow").unwrap();
+        let obj = sample(
+            "apiVersion: brupop.bottlerocket.aws/v2\nkind: BottlerocketShadow\nmetadata: {name: x}\nstatus: {crash_count: \"three\", state_transition_failure_timestamp: yesterday}\n",
+        );
+        let v = p.project(&obj);
+        assert_eq!(v.malformed, vec!["crash_count", "failure_time"]);
+        assert_eq!(
+            verdict(&p, &v),
+            Verdict::Unclassifiable {
+                field: "crash_count"
+            }
+        );
+        let neg =
+            sample("apiVersion: v\nkind: K\nmetadata: {name: x}\nstatus: {crash_count: -1}\n");
+        assert_eq!(p.project(&neg).malformed, vec!["crash_count"]);
+        let m = builtin("capi-machine").unwrap();
+        let bad = sample(
+            "apiVersion: v\nkind: K\nmetadata: {name: x}\nstatus: {failureReason: 7, conditions: {a: b}}\n",
+        );
+        assert_eq!(
+            m.project(&bad).malformed,
+            vec!["failure_reason", "conditions"]
+        );
+    }
+
+    #[test]
+    fn pause_ownership() {
+        let p = builtin("capi-machine").unwrap();
+        let with = |ann: &str| {
+            p.project(&sample(&format!(
+                "apiVersion: v\nkind: K\nmetadata: {{name: x, annotations: {ann}}}\n"
+            )))
+            .pause
+        };
+        assert_eq!(with("{}"), PauseState::NotPaused);
+        assert_eq!(with("{cluster.x-k8s.io/paused: ''}"), PauseState::Foreign);
+        assert_eq!(
+            with("{cluster.x-k8s.io/paused: remedy.dev/hold}"),
+            PauseState::Foreign,
+            "our marker without our record is not ours"
+        );
+        let ours = with(
+            r#"{cluster.x-k8s.io/paused: remedy.dev/hold, remedy.dev/hold: '{"since":"2026-12-02T10:00:00Z","reason":"breaker"}'}"#,
+        );
+        assert_eq!(
+            ours,
+            PauseState::Ours {
+                since: Some("2026-12-02T10:00:00Z".parse().unwrap()),
+                reason: Some("breaker".into())
+            }
+        );
+    }
+
+    #[test]
+    fn builtins_validate_and_long_messages_are_truncated() {
+        for p in builtins() {
+            p.validate().unwrap();
+        }
+        let p = builtin("capi-machine").unwrap();
+        let long = "é".repeat(1000);
+        let v = p.project(&sample(&format!(
+            "apiVersion: v\nkind: K\nmetadata: {{name: x}}\nstatus: {{failureMessage: '{long}'}}\n"
+        )));
+        let m = v.failure_message.unwrap();
+        assert!(m.len() <= MAX_MESSAGE && m.chars().all(|c| c == 'é'));
+    }
 }

@@ -36,7 +36,10 @@ pub enum PauseState {
     NotPaused,
     /// Paused by remedy: the pause value is remedy's marker and the hold
     /// annotation is present.
-    Ours { since: Option<DateTime<Utc>> },
+    Ours {
+        since: Option<DateTime<Utc>>,
+        reason: Option<Box<str>>,
+    },
     /// Paused by someone else. Never touched.
     Foreign,
 }
