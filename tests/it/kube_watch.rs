@@ -1,0 +1,107 @@
+//! Watch → metrics against a real kube-apiserver: the real `remedy` binary
+//! watches real objects and exports what DESIGN.md names.
+
+
+
+use crate::support::objects::{api_for, create_with_status, sample};
+use crate::support::{Remedy, TestCluster, eventually, namespace};
+use std::time::Duration;
+
+const SAMPLES: [&str; 6] = [
+    "capi-machine-v1beta1-failed.yaml",
+    "capi-machine-v1beta2-failed.yaml",
+    "capo-openstackmachine-error.yaml",
+    "capa-awsmachine-terminated.yaml",
+    "capz-azuremachine-failed.yaml",
+    "brupop-bottlerocketshadow-crashed.yaml",
+];
+
+fn config(ns: &str) -> String {
+    format!("namespaces: [{ns}]\ntick: 1s\nleader_election: {{enabled: false}}\n")
+}
+
+#[tokio::test]
+async fn real_objects_become_metrics_and_deletes_remove_series() {
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "watch").await;
+    for s in SAMPLES {
+        create_with_status(&client, sample(s), &ns).await;
+    }
+    let remedy = Remedy::serve(cluster, &config(&ns));
+    remedy.wait_ready().await;
+
+    let brs = "brs-ip-192-168-22-145.us-west-2.compute.internal";
+    let crash = format!(
+        r#"remedy_resource_crash_count{{namespace="{ns}",kind="BottlerocketShadow",name="{brs}"}}"#
+    );
+    let delay = format!(
+        r#"remedy_resource_backoff_delay_seconds{{namespace="{ns}",kind="BottlerocketShadow",name="{brs}"}}"#
+    );
+    let text = eventually(Duration::from_secs(30), "metrics for all samples", || async {
+        let (code, text) = remedy.get("/metrics").await?;
+        (code == 200 && crate::support::sample(&text, &crash).is_some()).then_some(text)
+    })
+    .await;
+    let v = |s: &str| crate::support::sample(&text, s);
+    assert_eq!(v(&crash), Some(3.0));
+    // brupop model: 2^3 minutes.
+    assert_eq!(v(&delay), Some(480.0));
+    assert_eq!(v(r#"remedy_resources{kind="OpenStackMachine",state="terminal"}"#), Some(1.0));
+    assert_eq!(v(r#"remedy_resources{kind="AWSMachine",state="terminal"}"#), Some(1.0));
+    assert_eq!(v(r#"remedy_resources{kind="AzureMachine",state="transient"}"#), Some(1.0));
+    assert_eq!(v(r#"remedy_resources{kind="BottlerocketShadow",state="transient"}"#), Some(1.0));
+    let machines: f64 = ["healthy", "transient", "terminal", "held", "unclassifiable"]
+        .iter()
+        .filter_map(|s| v(&format!(r#"remedy_resources{{kind="Machine",state="{s}"}}"#)))
+        .sum();
+    assert_eq!(machines, 2.0, "both v1beta1 and v1beta2 Machines are seen once");
+    assert_eq!(v(r#"remedy_watch_synced{kind="Machine"}"#), Some(1.0));
+    assert_eq!(v(r#"remedy_transient_error_ratio{kind="BottlerocketShadow"}"#), Some(1.0));
+    assert!(
+        v(&format!(r#"remedy_transient_errors_total{{namespace="{ns}",kind="BottlerocketShadow",reason="crash_loop"}}"#)) == Some(1.0),
+        "{text}"
+    );
+
+    // An update is seen: crash_count 3 → 5 doubles the delay twice.
+    let brs_obj = sample("brupop-bottlerocketshadow-crashed.yaml");
+    let api = api_for(&client, &brs_obj, &ns);
+    crate::support::objects::set_status(&api, brs, serde_json::json!({"crash_count": 5})).await;
+    eventually(Duration::from_secs(20), "crash_count update", || async {
+        let (_, text) = remedy.get("/metrics").await?;
+        (crate::support::sample(&text, &delay) == Some(1920.0)).then_some(())
+    })
+    .await;
+
+    // Delete: per-resource series go away.
+    api.delete(brs, &Default::default()).await.expect("delete");
+    eventually(Duration::from_secs(20), "series removed after delete", || async {
+        let (_, text) = remedy.get("/metrics").await?;
+        (crate::support::sample(&text, &crash).is_none()
+            && crate::support::sample(&text, r#"remedy_resources{kind="BottlerocketShadow",state="transient"}"#) == Some(0.0))
+        .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn readyz_waits_for_initial_lists() {
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "ready").await;
+    // A profile for a CRD that is not installed never syncs: not ready, and
+    // the reason names the stream.
+    let cfg = format!(
+        "{}profiles:\n  - capi-machine\n  - {{name: missing, group: example.com, version: v1, kind: Missing}}\n",
+        config(&ns)
+    );
+    let remedy = Remedy::serve(cluster, &cfg);
+    let body = eventually(Duration::from_secs(30), "readyz answer", || async {
+        let (code, body) = remedy.get("/readyz").await?;
+        (code == 503 && body.contains("Missing")).then_some(body)
+    })
+    .await;
+    assert!(!body.contains(&format!("Machine/{ns}:")), "{body}");
+    let (code, _) = remedy.get("/healthz").await.expect("healthz");
+    assert_eq!(code, 200);
+}

@@ -1,0 +1,247 @@
+//! Test support: a real kube-apiserver + etcd from `testenv/` (built by
+//! `testenv/build.sh`), shared by the tests of one test binary, plus helpers
+//! to run the real `remedy` binary against it.
+
+pub mod objects;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub struct TestCluster {
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    child: Mutex<Option<Child>>,
+    _tmp: tempfile::TempDir,
+}
+
+impl TestCluster {
+    /// Starts a private cluster (for tests that restart the apiserver).
+    pub fn start() -> Self {
+        let bin = repo().join("testenv/bin/remedy-testenv");
+        assert!(
+            bin.exists(),
+            "{} missing: run `bash testenv/build.sh` (the README test command does)",
+            bin.display()
+        );
+        let tmp = tempfile::Builder::new()
+            .prefix("remedy-testenv-")
+            .tempdir()
+            .expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        // stdin is a lifeline: the harness exits when this process does,
+        // even if Drop never runs (statics are not dropped).
+        let child = Command::new(&bin)
+            .args(["up", "--lifeline-stdin", "--dir"])
+            .arg(&dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("harness.log")).expect("log file"))
+            .spawn()
+            .expect("spawn remedy-testenv");
+        let ready = dir.join("ready");
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while !ready.exists() {
+            if Instant::now() > deadline {
+                panic!("test cluster not ready in 180s:\n{}", tail(&dir.join("harness.log")));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Self {
+            kubeconfig: dir.join("kubeconfig"),
+            dir,
+            child: Mutex::new(Some(child)),
+            _tmp: tmp,
+        }
+    }
+
+    /// One cluster per test binary; tests isolate themselves by namespace.
+    pub fn shared() -> &'static TestCluster {
+        static SHARED: OnceLock<TestCluster> = OnceLock::new();
+        SHARED.get_or_init(TestCluster::start)
+    }
+
+    pub async fn client(&self) -> Client {
+        client_for(&self.kubeconfig, None).await
+    }
+
+    /// A client that acts as `user` (impersonation), e.g. remedy's
+    /// ServiceAccount, to test RBAC.
+    pub async fn client_as(&self, user: &str) -> Client {
+        client_for(&self.kubeconfig, Some(user)).await
+    }
+
+    /// Restarts kube-apiserver on the same port and waits until it serves.
+    pub fn restart_apiserver(&self) {
+        let counter = self.dir.join("restarted");
+        let before = std::fs::read_to_string(&counter).unwrap_or_default();
+        let pid = self
+            .child
+            .lock()
+            .expect("lock")
+            .as_ref()
+            .map(|c| c.id())
+            .expect("harness running");
+        let status = Command::new("kill")
+            .args(["-USR1", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while std::fs::read_to_string(&counter).unwrap_or_default() == before {
+            assert!(Instant::now() < deadline, "apiserver restart timed out:\n{}", tail(&self.dir.join("harness.log")));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.child.lock()
+            && let Some(mut child) = c.take()
+        {
+            let _ = Command::new("kill").arg(child.id().to_string()).status();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub async fn client_for(kubeconfig: &Path, impersonate: Option<&str>) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
+    let mut cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig");
+    if let Some(user) = impersonate {
+        cfg.auth_info.impersonate = Some(user.to_string());
+    }
+    Client::try_from(cfg).expect("client")
+}
+
+pub fn tail(path: &Path) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.read_to_string(&mut s);
+    }
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// A fresh namespace for one test.
+pub async fn namespace(client: &Client, prefix: &str) -> String {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Api, PostParams};
+    let name = format!("{prefix}-{:08x}", rand::random::<u32>());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("ns");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    name
+}
+
+/// Polls `f` until it returns Some, or panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// The real `remedy` binary, running `serve` with a config written to a
+/// temp file; killed on drop.
+pub struct Remedy {
+    child: Child,
+    pub url: String,
+    pub log: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Remedy {
+    pub fn serve(cluster: &TestCluster, config_yaml: &str) -> Self {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let config = tmp.path().join("config.yaml");
+        let yaml = format!("listen: 127.0.0.1:{port}\n{config_yaml}");
+        std::fs::write(&config, yaml).expect("write config");
+        let log = tmp.path().join("remedy.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_remedy"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .env("RUST_LOG", "info,remedy=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("spawn remedy");
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            log,
+            _tmp: tmp,
+        }
+    }
+
+    pub fn log_tail(&self) -> String {
+        tail(&self.log)
+    }
+
+    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
+        let r = reqwest::get(format!("{}{path}", self.url)).await.ok()?;
+        let code = r.status().as_u16();
+        Some((code, r.text().await.ok()?))
+    }
+
+    pub async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some((200, _)) = self.get("/readyz").await {
+                return;
+            }
+            assert!(Instant::now() < deadline, "remedy not ready:\n{}", self.log_tail());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Remedy {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Value of one sample in an OpenMetrics/Prometheus text exposition.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.rsplit_once(' ').filter(|(n, _)| *n == series))
+        .and_then(|(_, v)| v.parse().ok())
+}

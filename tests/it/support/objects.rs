@@ -1,0 +1,59 @@
+//! Loading the real-shaped samples in `testenv/samples` into a namespace.
+//! Status is dropped on create (status subresource), so it is patched after.
+
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use remedy::profile::{Profile, builtins};
+use serde_json::Value;
+
+pub fn sample(name: &str) -> DynamicObject {
+    let path = super::repo().join("testenv/samples").join(name);
+    let text = std::fs::read_to_string(&path).expect("sample");
+    serde_yaml_ng::from_str(&text).expect("sample yaml")
+}
+
+pub fn profile_for(obj: &DynamicObject) -> Profile {
+    let kind = obj.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
+    builtins()
+        .into_iter()
+        .find(|p| p.kind == kind)
+        .expect("a built-in profile for the sample kind")
+}
+
+/// The API of the object's own apiVersion (which may differ from the
+/// version remedy watches, e.g. a v1beta2 Machine).
+pub fn api_for(client: &Client, obj: &DynamicObject, ns: &str) -> Api<DynamicObject> {
+    let t = obj.types.as_ref().expect("types");
+    let (group, version) = t.api_version.rsplit_once('/').unwrap_or(("", &t.api_version));
+    let gvk = GroupVersionKind::gvk(group, version, &t.kind);
+    let ar = ApiResource::from_gvk_with_plural(&gvk, &profile_for(obj).plural());
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// Creates the object in `ns` (name kept) with its status; returns it.
+pub async fn create_with_status(client: &Client, mut obj: DynamicObject, ns: &str) -> DynamicObject {
+    obj.metadata.namespace = Some(ns.to_string());
+    obj.metadata.owner_references = None;
+    obj.metadata.resource_version = None;
+    obj.metadata.uid = None;
+    let status = obj.data.get("status").cloned();
+    let api = api_for(client, &obj, ns);
+    let created = api
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create sample");
+    match status {
+        Some(s) => set_status(&api, created.metadata.name.as_deref().unwrap_or_default(), s).await,
+        None => created,
+    }
+}
+
+pub async fn set_status(api: &Api<DynamicObject>, name: &str, status: Value) -> DynamicObject {
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "status": status })),
+    )
+    .await
+    .expect("patch status")
+}

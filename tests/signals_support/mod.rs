@@ -1,0 +1,140 @@
+//! Shared by the signals integration tests: real Prometheus/Alertmanager
+//! processes on free loopback ports, killed when the guard drops.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const ALERTMANAGER_BIN: &str = "/usr/bin/prometheus-alertmanager";
+
+/// Fails (never skips) when a binary is missing: a skipped test would hide
+/// that nothing was verified against the real thing.
+pub fn require_binary(path: &str, package: &str) {
+    assert!(
+        Path::new(path).is_file(),
+        "{path} not found: install the Debian package `{package}` \
+         (apt-get install -y {package}); this test needs the real binary"
+    );
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free loopback port")
+}
+
+/// A child process with its own temp dir; killed and reaped on drop, its log
+/// printed if the test is failing.
+pub struct Proc {
+    pub name: &'static str,
+    pub base: String,
+    child: Child,
+    log: PathBuf,
+    /// Kept so the data dir outlives the process.
+    _dir: tempfile::TempDir,
+}
+
+impl Proc {
+    fn log_tail(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            let _ = f.seek(SeekFrom::Start(len.saturating_sub(4000)));
+            let _ = f.read_to_string(&mut text);
+        }
+        text
+    }
+
+    /// Polls `/-/ready` until 200; panics with the log if it never gets there.
+    pub async fn wait_ready(&mut self) {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("{} exited early ({status}):\n{}", self.name, self.log_tail());
+            }
+            let ready = client
+                .get(format!("{}/-/ready", self.base))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if ready {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} not ready in 30s:\n{}",
+                self.name,
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("--- {} log ---\n{}", self.name, self.log_tail());
+        }
+    }
+}
+
+pub fn spawn(name: &'static str, bin: &str, port: u16, dir: tempfile::TempDir, args: &[String]) -> Proc {
+    let log = dir.path().join(format!("{name}.log"));
+    let out = std::fs::File::create(&log).expect("log file");
+    let err = out.try_clone().expect("log file");
+    let child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+    Proc {
+        name,
+        base: format!("http://127.0.0.1:{port}"),
+        child,
+        log,
+        _dir: dir,
+    }
+}
+
+/// Real Alertmanager 0.25 with `config` (YAML), clustering off so parallel
+/// tests do not gossip with each other.
+pub async fn start_alertmanager(config: &str) -> Proc {
+    require_binary(ALERTMANAGER_BIN, "prometheus-alertmanager");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("alertmanager.yml");
+    std::fs::write(&cfg, config).expect("write config");
+    let port = free_port();
+    let args = vec![
+        format!("--config.file={}", cfg.display()),
+        format!("--storage.path={}", dir.path().join("data").display()),
+        format!("--web.listen-address=127.0.0.1:{port}"),
+        "--cluster.listen-address=".to_string(),
+        "--log.level=debug".to_string(),
+    ];
+    let mut p = spawn("alertmanager", ALERTMANAGER_BIN, port, dir, &args);
+    p.wait_ready().await;
+    p
+}
+
+/// Pushes alerts the way Prometheus does (API v2).
+pub async fn push_alerts(am: &str, alerts: serde_json::Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{am}/api/v2/alerts"))
+        .json(&alerts)
+        .send()
+        .await
+        .expect("push alerts");
+    assert!(r.status().is_success(), "push alerts: {}", r.status());
+}
