@@ -2,4 +2,5 @@
 //! test binary so the cluster is started once and every helper is used.
 
 mod kube_watch;
+mod remediate;
 mod support;
