@@ -2,5 +2,6 @@
 //! test binary so the cluster is started once and every helper is used.
 
 mod kube_watch;
+mod rbac;
 mod remediate;
 mod support;

@@ -1,0 +1,165 @@
+//! RBAC from `deploy/base` on the real apiserver: remedy's ServiceAccount
+//! can do everything remedy does, and writes it does not need are refused.
+
+use crate::remediate::executor;
+use crate::support::objects::{api_for, create_with_status, sample};
+use crate::support::{TestCluster, eventually, namespace, repo};
+use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::Client;
+use remedy::config::LeaderConfig;
+use remedy::metrics::Metrics;
+use remedy::profile::{HoldRecord, builtin, builtins};
+use remedy::remediate::plan::{Goal, Step};
+use remedy::view::ResourceKey;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::OnceCell;
+
+const SA: &str = "system:serviceaccount:remedy-system:remedy";
+
+/// Applies the RBAC manifests exactly as committed (server-side apply).
+async fn apply_rbac(client: &Client) {
+    static DONE: OnceCell<()> = OnceCell::const_new();
+    DONE.get_or_init(|| async {
+        for file in ["namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml", "lease-rbac.yaml"] {
+            let text = std::fs::read_to_string(repo().join("deploy/base").join(file)).expect("manifest");
+            for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+                let value: serde_json::Value = serde::Deserialize::deserialize(doc).expect("yaml");
+                if value.is_null() {
+                    continue;
+                }
+                let mut obj: DynamicObject = serde_json::from_value(value).expect("object");
+                let t = obj.types.clone().expect("types");
+                let (group, version) = t.api_version.rsplit_once('/').unwrap_or(("", &t.api_version));
+                let plural = match t.kind.as_str() {
+                    "Namespace" => "namespaces",
+                    "ServiceAccount" => "serviceaccounts",
+                    "ClusterRole" => "clusterroles",
+                    "ClusterRoleBinding" => "clusterrolebindings",
+                    "Role" => "roles",
+                    "RoleBinding" => "rolebindings",
+                    other => panic!("unexpected kind {other} in RBAC manifests"),
+                };
+                let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, &t.kind), plural);
+                let namespaced = matches!(t.kind.as_str(), "ServiceAccount" | "Role" | "RoleBinding");
+                let api: Api<DynamicObject> = if namespaced {
+                    obj.metadata.namespace.get_or_insert_with(|| "remedy-system".into());
+                    Api::namespaced_with(client.clone(), "remedy-system", &ar)
+                } else {
+                    Api::all_with(client.clone(), &ar)
+                };
+                let name = obj.metadata.name.clone().expect("name");
+                api.patch(&name, &PatchParams::apply("remedy-tests").force(), &Patch::Apply(&obj))
+                    .await
+                    .unwrap_or_else(|e| panic!("apply {file} {name}: {e}"));
+            }
+        }
+    })
+    .await;
+}
+
+async fn can_i(client: &Client, verb: &str, group: &str, resource: &str, sub: &str, ns: Option<&str>, name: Option<&str>) -> bool {
+    let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+        "spec": {"resourceAttributes": {
+            "verb": verb, "group": group, "resource": resource, "subresource": sub,
+            "namespace": ns.unwrap_or(""), "name": name.unwrap_or("")
+        }}
+    }))
+    .unwrap();
+    let r = Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("access review");
+    r.status.map(|s| s.allowed).unwrap_or(false)
+}
+
+fn code(r: Result<impl Sized, kube::Error>) -> u16 {
+    match r {
+        Ok(_) => 200,
+        Err(kube::Error::Api(s)) => s.code,
+        Err(e) => panic!("unexpected error {e}"),
+    }
+}
+
+#[tokio::test]
+async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
+    let cluster = TestCluster::shared();
+    let admin = cluster.client().await;
+    apply_rbac(&admin).await;
+    let sa = cluster.client_as(SA).await;
+    let ns = namespace(&admin, "rbac").await;
+
+    // What remedy needs, per built-in profile.
+    for p in builtins() {
+        let res = p.plural();
+        for verb in ["get", "list", "watch", "patch"] {
+            assert!(can_i(&sa, verb, &p.group, &res, "", Some(&ns), None).await, "{verb} {res}");
+        }
+        assert!(can_i(&sa, "patch", &p.group, &res, "status", Some(&ns), None).await, "patch {res}/status");
+        for verb in ["delete", "update", "create"] {
+            assert!(!can_i(&sa, verb, &p.group, &res, "", Some(&ns), None).await, "{verb} {res} must be denied");
+        }
+        assert!(!can_i(&sa, "update", &p.group, &res, "status", Some(&ns), None).await);
+    }
+
+    // Real writes as the ServiceAccount: hold and remediate a Machine, reset
+    // a BottlerocketShadow (status subresource), Events included.
+    let m = create_with_status(&admin, sample("capi-machine-v1beta1-failed.yaml"), &ns).await;
+    let name = m.metadata.name.clone().unwrap_or_default();
+    let ex = executor(sa.clone(), Arc::new(Metrics::new(10)), false);
+    let p = builtin("capi-machine").unwrap();
+    let key = ResourceKey::new("Machine", &ns, &name);
+    let record = HoldRecord { since: chrono::Utc::now(), reason: "breaker".into() };
+    assert_eq!(ex.run(&p, &key, &Goal::Hold(record)).await.unwrap().steps, vec![Step::Hold]);
+    let out = ex.run(&p, &key, &Goal::Remediate).await.unwrap();
+    assert_eq!(out.steps.last(), Some(&Step::Unpause));
+    let b = create_with_status(&admin, sample("brupop-bottlerocketshadow-crashed.yaml"), &ns).await;
+    let bname = b.metadata.name.clone().unwrap_or_default();
+    let bp = builtin("bottlerocket-shadow").unwrap();
+    let out = ex
+        .run(&bp, &ResourceKey::new("BottlerocketShadow", &ns, &bname), &Goal::Remediate)
+        .await
+        .unwrap();
+    assert_eq!(out.steps, vec![Step::ClearFailure, Step::ResetCounters]);
+
+    // Forbidden writes really fail.
+    let api = api_for(&sa, &m, &ns);
+    assert_eq!(code(api.delete(&name, &DeleteParams::default()).await), 403);
+    let fresh = api.get(&name).await.unwrap();
+    assert_eq!(code(api.replace(&name, &PostParams::default(), &fresh).await), 403);
+    assert_eq!(code(Api::<Secret>::namespaced(sa.clone(), &ns).list(&Default::default()).await), 403);
+    let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "remedy"}})).unwrap();
+    assert_eq!(code(Api::<Lease>::namespaced(sa.clone(), "default").create(&PostParams::default(), &lease).await), 403);
+    let other: Lease = serde_json::from_value(json!({"metadata": {"name": "someone-else"}})).unwrap();
+    let _ = Api::<Lease>::namespaced(admin.clone(), "remedy-system").create(&PostParams::default(), &other).await;
+    assert_eq!(
+        code(Api::<Lease>::namespaced(sa.clone(), "remedy-system")
+            .patch("someone-else", &PatchParams::default(), &Patch::Merge(json!({"spec": {"holderIdentity": "x"}})))
+            .await),
+        403
+    );
+    assert_eq!(
+        code(Api::<Lease>::namespaced(sa.clone(), "remedy-system").delete("remedy", &DeleteParams::default()).await),
+        403
+    );
+
+    // Leader election works with exactly these rights.
+    let metrics = Arc::new(Metrics::new(10));
+    let cfg = LeaderConfig {
+        enabled: true,
+        lease_name: "remedy".into(),
+        namespace: "remedy-system".into(),
+        lease_duration: Duration::from_secs(3),
+    };
+    let leadership = remedy::leader::start(sa.clone(), &cfg, "rbac-test".into(), metrics.clone())
+        .await
+        .expect("lease manager as the ServiceAccount");
+    eventually(Duration::from_secs(30), "leadership as the ServiceAccount", || async {
+        leadership.is_leader().then_some(())
+    })
+    .await;
+}
