@@ -1,11 +1,24 @@
-//! `remedy serve`: wires config, watchers, store, metrics and HTTP together.
+//! `remedy serve`: wires config, watchers, store, engine, signals, metrics
+//! and HTTP together.
 
 use crate::config::Validated;
+use crate::engine::Engine;
+use crate::leader;
 use crate::metrics::Metrics;
+use crate::remediate::execute::{Executor, WriteLimiter};
 use crate::server::{self, Http, Readiness};
+use crate::signals::SignalError;
+use crate::signals::dedupe::Dedupe;
+use crate::signals::verify::Verifier;
+use crate::signals::webhook::{self, WebhookState};
 use crate::store::Store;
 use crate::watch;
-use std::sync::Arc;
+use axum::Json;
+use axum::routing::get;
+use std::sync::{Arc, Mutex};
+
+/// Fingerprints remembered for deduplication.
+const DEDUPE_CAPACITY: usize = 100_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -19,6 +32,10 @@ pub enum ServeError {
     },
     #[error("HTTP server failed: {0}")]
     Http(#[source] std::io::Error),
+    #[error("signals: {0}")]
+    Signals(#[from] SignalError),
+    #[error("leader election: {0}")]
+    Leader(#[from] leader::LeaderError),
 }
 
 impl ServeError {
@@ -27,11 +44,15 @@ impl ServeError {
             Self::Kube(_) => "kube",
             Self::Listen { .. } => "listen",
             Self::Http(_) => "http",
+            Self::Signals(e) => e.label(),
+            Self::Leader(e) => e.label(),
         }
     }
 }
 
 /// Ready once every watch stream has completed its initial list.
+/// Verification problems do not make remedy unready (it must keep taking
+/// webhooks); they are listed at /status and in metrics.
 struct WatchReadiness {
     store: Arc<Store>,
     streams: Vec<String>,
@@ -64,6 +85,31 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     ));
     let client = kube::Client::try_default().await?;
 
+    // Fail at start, with the reason, rather than run half-configured.
+    let verifier = match cfg.signals.prometheus_url {
+        Some(_) => Some(Arc::new(Verifier::new(&cfg.signals, metrics.clone())?)),
+        None => None,
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(cfg.webhook.queue);
+    let webhook_router = match cfg.webhook.token_file {
+        Some(_) => Some(webhook::router(WebhookState::from_config(
+            &cfg.webhook,
+            &cfg.alerts,
+            tx,
+            Arc::new(Mutex::new(Dedupe::new(DEDUPE_CAPACITY))),
+            metrics.clone(),
+        )?)),
+        None => {
+            if !cfg.alerts.is_empty() {
+                tracing::warn!(
+                    "alerts configured but webhook.token_file is not: the webhook is disabled"
+                );
+            }
+            drop(tx);
+            None
+        }
+    };
+
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .map_err(|source| ServeError::Listen {
@@ -87,11 +133,42 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         }
     }
 
+    let leadership = leader::start(
+        client.clone(),
+        &cfg.leader_election,
+        leader::identity(),
+        metrics.clone(),
+    )
+    .await?;
+    let limiter = Arc::new(WriteLimiter::new(
+        cfg.budget.writes_per_second,
+        cfg.budget.write_burst,
+    ));
+    let executor = Arc::new(Executor::new(
+        client,
+        metrics.clone(),
+        limiter,
+        leadership.clone(),
+        cfg.dry_run,
+    ));
+    let engine = Engine::new(&cfg, store.clone(), executor, verifier, leadership);
+    tokio::spawn(engine.clone().run(cfg.tick, rx));
+
     let readiness = Arc::new(WatchReadiness {
         store: store.clone(),
         streams: watch::stream_ids(&v.profiles, &cfg.namespaces),
     });
-    let app = server::router(Http { metrics, readiness });
+    let status_engine = engine.clone();
+    let mut app = server::router(Http { metrics, readiness }).route(
+        "/status",
+        get(move || {
+            let e = status_engine.clone();
+            async move { Json(e.report()) }
+        }),
+    );
+    if let Some(w) = webhook_router {
+        app = app.merge(w);
+    }
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown())
         .await

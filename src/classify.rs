@@ -203,7 +203,9 @@ impl Classifier {
         if let Some(v) = self.match_rules(view, false) {
             return v;
         }
-        if view.crash_count.is_some_and(|n| n > 0) {
+        // remedy's own counter (kinds without a native one) records past
+        // holds, not a current failure.
+        if profile.has_native_counter() && view.crash_count.is_some_and(|n| n > 0) {
             return Verdict::Transient {
                 reason: "crash_loop".into(),
             };
@@ -402,6 +404,17 @@ mod tests {
             ..ResourceView::default()
         };
         assert_eq!(classifier().classify(&p, &provisioning), Verdict::Healthy);
+    }
+
+    #[test]
+    fn remedys_own_crash_counter_is_not_a_failure() {
+        let p = builtin("openstack-machine").unwrap();
+        let v = ResourceView {
+            crash_count: Some(4),
+            state: Some("ACTIVE".into()),
+            ..ResourceView::default()
+        };
+        assert_eq!(classifier().classify(&p, &v), Verdict::Healthy);
     }
 
     #[test]

@@ -56,8 +56,12 @@ pub enum ProfileRef {
 pub struct BudgetConfig {
     /// Tokens added per second, cluster-wide.
     pub refill_per_second: f64,
-    /// Bucket size: the most writes allowed in a burst.
+    /// Bucket size: the most releases allowed in a burst.
     pub burst: u32,
+    /// Pace of all Kubernetes writes (holds included), cluster-wide: holds
+    /// must be fast during an outage, but never a storm on the apiserver.
+    pub writes_per_second: f64,
+    pub write_burst: u32,
 }
 
 impl Default for BudgetConfig {
@@ -65,6 +69,8 @@ impl Default for BudgetConfig {
         Self {
             refill_per_second: 0.5,
             burst: 10,
+            writes_per_second: 20.0,
+            write_burst: 50,
         }
     }
 }
@@ -299,6 +305,18 @@ impl Config {
         }
         if b.burst == 0 {
             return Err(ConfigError::invalid("budget.burst", "must be at least 1"));
+        }
+        if !(b.writes_per_second.is_finite() && b.writes_per_second > 0.0) {
+            return Err(ConfigError::invalid(
+                "budget.writes_per_second",
+                "must be a positive number",
+            ));
+        }
+        if b.write_burst == 0 {
+            return Err(ConfigError::invalid(
+                "budget.write_burst",
+                "must be at least 1",
+            ));
         }
         let br = &self.breaker;
         for (field, v) in [

@@ -6,13 +6,17 @@
 
 pub mod app;
 pub mod backoff;
+pub mod budget;
 pub mod classify;
 pub mod config;
+pub mod engine;
+pub mod leader;
 pub mod metrics;
 pub mod profile;
 pub mod remediate;
 pub mod scope;
 pub mod server;
+pub mod signals;
 pub mod store;
 pub mod view;
 pub mod watch;

@@ -17,6 +17,10 @@ pub const PAUSE_MARKER: &str = "remedy.dev/hold";
 pub const HOLD_ANNOTATION: &str = "remedy.dev/hold";
 /// Value remedy writes into skip-remediation while it clears failure status.
 pub const SKIP_MARKER: &str = "remedy.dev/clearing";
+/// remedy's own failure counter, kept on kinds without a native one (CAPI):
+/// incremented on every hold so release backoff grows like brupop's.
+pub const CRASH_ANNOTATION: &str = "remedy.dev/crash-count";
+pub const FAILURE_TIME_ANNOTATION: &str = "remedy.dev/failure-time";
 pub const CAPI_PAUSED: &str = "cluster.x-k8s.io/paused";
 pub const CAPI_SKIP_REMEDIATION: &str = "cluster.x-k8s.io/skip-remediation";
 
@@ -226,6 +230,20 @@ impl Profile {
 
         let data = &obj.data;
         let f = &self.fields;
+        if !self.has_native_counter() {
+            if let Some(v) = annotations.get(CRASH_ANNOTATION) {
+                match v.parse::<u32>() {
+                    Ok(n) => view.crash_count = Some(n),
+                    Err(_) => view.malformed.push("crash_count"),
+                }
+            }
+            if let Some(v) = annotations.get(FAILURE_TIME_ANNOTATION) {
+                match DateTime::parse_from_rfc3339(v) {
+                    Ok(t) => view.failure_time = Some(t.with_timezone(&Utc)),
+                    Err(_) => view.malformed.push("failure_time"),
+                }
+            }
+        }
         view.failure_reason = text(
             data,
             &f.failure_reason,
@@ -263,6 +281,12 @@ impl Profile {
         view
     }
 
+    /// Whether the object itself counts failures (brupop); otherwise remedy
+    /// keeps its own count in annotations.
+    pub fn has_native_counter(&self) -> bool {
+        !self.fields.crash_count.is_empty()
+    }
+
     fn pause_state(&self, annotations: &BTreeMap<String, String>) -> PauseState {
         let Some(hold) = &self.hold else {
             return PauseState::NotPaused;
@@ -289,6 +313,9 @@ impl Profile {
 pub struct HoldRecord {
     pub since: DateTime<Utc>,
     pub reason: String,
+    /// The crash count this hold records (kinds without a native counter).
+    #[serde(default)]
+    pub crash_count: u32,
 }
 
 impl HoldRecord {

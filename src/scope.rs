@@ -111,7 +111,11 @@ mod tests {
         });
         let s = Scope::from_alert(
             &r,
-            &labels(&[("alertname", "X"), ("kind", "OpenStackMachine"), ("cluster", "prod-eu")]),
+            &labels(&[
+                ("alertname", "X"),
+                ("kind", "OpenStackMachine"),
+                ("cluster", "prod-eu"),
+            ]),
         );
         assert_eq!(s.matchers, labels(&[("kind", "OpenStackMachine")]));
         assert!(s.matches(&ResourceKey::new("OpenStackMachine", "ns", "a"), &view(&[])));
@@ -127,8 +131,14 @@ mod tests {
         });
         let s = Scope::from_alert(&r, &labels(&[("cluster_name", "c1")]));
         let k = ResourceKey::new("Machine", "ns", "m");
-        assert!(s.matches(&k, &view(&[(CLUSTER_NAME_LABEL, "c1"), ("tier", "workers")])));
-        assert!(!s.matches(&k, &view(&[(CLUSTER_NAME_LABEL, "c2"), ("tier", "workers")])));
+        assert!(s.matches(
+            &k,
+            &view(&[(CLUSTER_NAME_LABEL, "c1"), ("tier", "workers")])
+        ));
+        assert!(!s.matches(
+            &k,
+            &view(&[(CLUSTER_NAME_LABEL, "c2"), ("tier", "workers")])
+        ));
         assert!(!s.matches(&k, &view(&[(CLUSTER_NAME_LABEL, "c1")])));
     }
 

@@ -62,23 +62,25 @@ async fn start_prometheus() -> Proc {
     p
 }
 
-/// Waits until the rules were evaluated, so "not firing" means something.
+/// Waits until the rule results are stored (the ALERTS series is queryable,
+/// which lags /api/v1/alerts slightly), so "not firing" means something.
 async fn wait_firing(prom: &str, alertname: &str) {
     let client = reqwest::Client::new();
+    let query = format!(r#"ALERTS{{alertname="{alertname}",alertstate="firing"}}"#);
     for _ in 0..300 {
-        let alerts: serde_json::Value = client
-            .get(format!("{prom}/api/v1/alerts"))
+        let answer: serde_json::Value = client
+            .post(format!("{prom}/api/v1/query"))
+            .form(&[("query", query.as_str())])
             .send()
             .await
-            .expect("alerts")
+            .expect("query")
             .json()
             .await
             .expect("json");
-        let firing = alerts["data"]["alerts"].as_array().is_some_and(|a| {
-            a.iter()
-                .any(|a| a["labels"]["alertname"] == alertname && a["state"] == "firing")
-        });
-        if firing {
+        if answer["data"]["result"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -94,7 +96,10 @@ fn verifier(prom: Option<&str>, am: Option<&str>, timeout: Duration) -> (Verifie
         timeout,
         ..SignalsConfig::default()
     };
-    (Verifier::new(&cfg, metrics.clone()).expect("verifier"), metrics)
+    (
+        Verifier::new(&cfg, metrics.clone()).expect("verifier"),
+        metrics,
+    )
 }
 
 fn queries(m: &Metrics, target: &str, result: &str) -> f64 {
@@ -122,12 +127,22 @@ async fn prometheus_alerts_decide_clearance() {
     let (v, metrics) = verifier(Some(&prom.base), None, SECS);
     let none = BTreeMap::new();
 
-    let c = v.cleared("TestNeverFiring", &none, None).await.expect("query");
+    let c = v
+        .cleared("TestNeverFiring", &none, None)
+        .await
+        .expect("query");
     assert!(c.cleared, "{}", c.why);
 
-    let c = v.cleared("TestAlwaysFiring", &none, None).await.expect("query");
+    let c = v
+        .cleared("TestAlwaysFiring", &none, None)
+        .await
+        .expect("query");
     assert!(!c.cleared);
-    assert!(c.why.contains("prometheus: 1 firing ALERTS series"), "{}", c.why);
+    assert!(
+        c.why.contains("prometheus: 1 firing ALERTS series"),
+        "{}",
+        c.why
+    );
 
     // Escaping is exact: the tricky value matches itself and nothing else.
     let c = v
@@ -158,7 +173,11 @@ async fn prometheus_alerts_decide_clearance() {
         .await
         .expect("query");
     assert!(!c.cleared);
-    assert!(c.why.contains("verify_query returned 1 series"), "{}", c.why);
+    assert!(
+        c.why.contains("verify_query returned 1 series"),
+        "{}",
+        c.why
+    );
     let c = v
         .cleared("TestNeverFiring", &none, Some("vector(1) == 0"))
         .await
@@ -183,11 +202,25 @@ async fn prometheus_alerts_decide_clearance() {
     assert_eq!(e.label(), "invalid_input");
 
     assert_eq!(v.query_scalar("vector(0.25)").await.expect("q"), Some(0.25));
-    assert_eq!(v.query_scalar("scalar(vector(0.5))").await.expect("q"), Some(0.5));
+    assert_eq!(
+        v.query_scalar("scalar(vector(0.5))").await.expect("q"),
+        Some(0.5)
+    );
     assert_eq!(v.query_scalar("vector(1) == 0").await.expect("q"), None);
-    assert_eq!(v.query_scalar("vector(0) / 0").await.expect("q"), None, "NaN");
-    assert_eq!(v.query_scalar("vector(1) / 0").await.expect("q"), None, "+Inf");
-    let e = v.query_scalar("vector(1)[1m:1s]").await.expect_err("matrix");
+    assert_eq!(
+        v.query_scalar("vector(0) / 0").await.expect("q"),
+        None,
+        "NaN"
+    );
+    assert_eq!(
+        v.query_scalar("vector(1) / 0").await.expect("q"),
+        None,
+        "+Inf"
+    );
+    let e = v
+        .query_scalar("vector(1)[1m:1s]")
+        .await
+        .expect_err("matrix");
     assert_eq!(e.label(), "malformed");
     assert_eq!(v.health().status(), vec![("prometheus", Some("malformed"))]);
     assert_eq!(v.query_scalar("vector(1)").await.expect("q"), Some(1.0));
@@ -196,7 +229,10 @@ async fn prometheus_alerts_decide_clearance() {
 
     // Wrong base path: Prometheus answers 404 text, never "cleared".
     let (v404, _) = verifier(Some(&format!("{}/nope", prom.base)), None, SECS);
-    let e = v404.cleared("TestNeverFiring", &none, None).await.expect_err("404");
+    let e = v404
+        .cleared("TestNeverFiring", &none, None)
+        .await
+        .expect_err("404");
     assert_eq!(e.label(), "http_status");
 
     assert!(queries(&metrics, "prometheus", "ok") >= 10.0);
@@ -211,7 +247,10 @@ async fn alertmanager_active_or_silenced_alert_is_not_cleared() {
     let (v, metrics) = verifier(Some(&prom.base), Some(&am.base), SECS);
     let m1 = labels(&[("name", "m-1")]);
 
-    let c = v.cleared("TestNeverFiring", &m1, None).await.expect("query");
+    let c = v
+        .cleared("TestNeverFiring", &m1, None)
+        .await
+        .expect("query");
     assert!(c.cleared, "{}", c.why);
     assert!(c.why.contains("no active Alertmanager alert"), "{}", c.why);
 
@@ -219,12 +258,18 @@ async fn alertmanager_active_or_silenced_alert_is_not_cleared() {
     let alert = json!({"alertname": "TestNeverFiring", "name": "m-1", "tricky": TRICKY,
                        "cluster": "test-cluster"});
     push_alerts(&am.base, json!([{"labels": alert}])).await;
-    let c = v.cleared("TestNeverFiring", &m1, None).await.expect("query");
+    let c = v
+        .cleared("TestNeverFiring", &m1, None)
+        .await
+        .expect("query");
     assert!(!c.cleared);
     assert!(c.why.contains("alertmanager: 1 alert(s)"), "{}", c.why);
     assert!(c.why.contains("state active"), "{}", c.why);
     let exact = labels(&[("tricky", TRICKY), ("cluster", "test-cluster")]);
-    let c = v.cleared("TestNeverFiring", &exact, None).await.expect("query");
+    let c = v
+        .cleared("TestNeverFiring", &exact, None)
+        .await
+        .expect("query");
     assert!(!c.cleared, "escaped AM matcher must match: {}", c.why);
     let c = v
         .cleared("TestNeverFiring", &labels(&[("name", "m-2")]), None)
@@ -248,26 +293,60 @@ async fn alertmanager_active_or_silenced_alert_is_not_cleared() {
         .await
         .expect("silence");
     assert!(r.status().is_success(), "silence: {}", r.status());
-    let c = v.cleared("TestNeverFiring", &m1, None).await.expect("query");
+    let c = v
+        .cleared("TestNeverFiring", &m1, None)
+        .await
+        .expect("query");
     assert!(!c.cleared, "{}", c.why);
-    assert!(c.why.contains("state suppressed, silenced true"), "{}", c.why);
+    assert!(
+        c.why.contains("state suppressed, silenced true"),
+        "{}",
+        c.why
+    );
 
     // Resolved (endsAt in the past): cleared.
     let past = (chrono::Utc::now() - chrono::Duration::seconds(1)).to_rfc3339();
     push_alerts(&am.base, json!([{"labels": alert, "endsAt": past}])).await;
-    let c = v.cleared("TestNeverFiring", &m1, None).await.expect("query");
+    let c = v
+        .cleared("TestNeverFiring", &m1, None)
+        .await
+        .expect("query");
     assert!(c.cleared, "{}", c.why);
 
     // Alertmanager malformed (stub: real Alertmanager never sends that).
     let stub = stub(Stub::Malformed).await;
     let (vs, _) = verifier(Some(&prom.base), Some(&stub), SECS);
-    let e = vs.cleared("TestNeverFiring", &m1, None).await.expect_err("malformed");
-    assert!(matches!(e, SignalError::Malformed { target: "alertmanager", .. }), "{e}");
+    let e = vs
+        .cleared("TestNeverFiring", &m1, None)
+        .await
+        .expect_err("malformed");
+    assert!(
+        matches!(
+            e,
+            SignalError::Malformed {
+                target: "alertmanager",
+                ..
+            }
+        ),
+        "{e}"
+    );
 
     // Alertmanager gone: an error, not "cleared".
     am.kill();
-    let e = v.cleared("TestNeverFiring", &m1, None).await.expect_err("down");
-    assert!(matches!(e, SignalError::Unreachable { target: "alertmanager", .. }), "{e}");
+    let e = v
+        .cleared("TestNeverFiring", &m1, None)
+        .await
+        .expect_err("down");
+    assert!(
+        matches!(
+            e,
+            SignalError::Unreachable {
+                target: "alertmanager",
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert_eq!(
         v.health().status(),
         vec![("alertmanager", Some("unreachable")), ("prometheus", None)]
@@ -288,7 +367,10 @@ async fn prometheus_down_is_unreachable() {
     assert_eq!(e.label(), "unreachable");
     assert!(v.query_scalar("vector(1)").await.is_err());
     assert_eq!(queries(&metrics, "prometheus", "error"), 2.0);
-    assert_eq!(v.health().status(), vec![("prometheus", Some("unreachable"))]);
+    assert_eq!(
+        v.health().status(),
+        vec![("prometheus", Some("unreachable"))]
+    );
 }
 
 #[tokio::test]
@@ -324,7 +406,9 @@ enum Stub {
 /// send truncated JSON or stall, but a proxy or overloaded server can, and
 /// remedy must then refuse to call anything cleared.
 async fn stub(kind: Stub) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
         while let Ok((mut conn, _)) = listener.accept().await {

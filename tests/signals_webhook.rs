@@ -7,9 +7,9 @@ use remedy::metrics::Metrics;
 use remedy::signals::{AlertEvent, AlertStatus, Dedupe, WebhookState, router};
 use serde_json::json;
 use signals_support::{push_alerts, start_alertmanager};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 const TOKEN: &str = "t0ken-for-tests";
@@ -23,7 +23,12 @@ struct Server {
 
 impl Server {
     async fn start(queue: usize) -> Self {
-        Self::start_on(tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind"), queue)
+        Self::start_on(
+            tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind"),
+            queue,
+        )
     }
 
     fn start_on(listener: tokio::net::TcpListener, queue: usize) -> Self {
@@ -65,8 +70,9 @@ impl Server {
     /// `remedy_webhook_notifications_total` for one label pair (0 if absent).
     fn count(&self, status: &str, result: &str) -> f64 {
         let text = self.metrics.encode().expect("encode");
-        let series =
-            format!(r#"remedy_webhook_notifications_total{{status="{status}",result="{result}"}} "#);
+        let series = format!(
+            r#"remedy_webhook_notifications_total{{status="{status}",result="{result}"}} "#
+        );
         text.lines()
             .find_map(|l| l.strip_prefix(&series))
             .map(|v| v.parse().expect("number"))
@@ -132,8 +138,16 @@ async fn refuses_oversized_bodies_declared_or_streamed() {
     assert_eq!(code, 413, "{text}");
     // Chunked, without Content-Length: the limit applies while reading. Raw
     // TCP because reqwest is built without its streaming-body feature.
-    let addr = s.url.trim_start_matches("http://").split('/').next().unwrap_or_default().to_string();
-    let mut conn = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+    let addr = s
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
     let head = format!(
         "POST /webhook/alertmanager HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\
          Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -178,7 +192,10 @@ async fn refuses_malformed_deep_and_invalid_payloads() {
     let cases = [
         ("{\"version\":", "malformed JSON"),
         (deep.as_str(), "invalid payload"),
-        (r#"{"version":"4","alerts":[{"labels":{"a":[[[[[[[[]]]]]]]]}}]}"#, "invalid payload"),
+        (
+            r#"{"version":"4","alerts":[{"labels":{"a":[[[[[[[[]]]]]]]]}}]}"#,
+            "invalid payload",
+        ),
         (
             &notification("aaaa", "MachineStuck", "firing", T0).replace(r#""4""#, r#""3""#),
             "unsupported version",
@@ -236,7 +253,12 @@ async fn accepts_once_and_dedupes_repeats_and_late_arrivals() {
     s.no_event();
 
     // A new episode of the same alert is forwarded.
-    let again = notification("c4f7d1a3b2e6f890", "MachineStuck", "firing", "2024-05-01T11:00:00Z");
+    let again = notification(
+        "c4f7d1a3b2e6f890",
+        "MachineStuck",
+        "firing",
+        "2024-05-01T11:00:00Z",
+    );
     assert_eq!(s.post(Some(TOKEN), again).await.0, 200);
     assert_eq!(s.event().await.status, AlertStatus::Firing);
 
@@ -280,7 +302,9 @@ async fn full_queue_answers_503_and_the_retry_is_accepted() {
 /// group, which must be acknowledged but emitted once.
 #[tokio::test]
 async fn real_alertmanager_delivers_once_per_state() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let mut s = Server::start_on(listener, 8);
     let token_dir = tempfile::tempdir().expect("tempdir");
@@ -328,7 +352,10 @@ receivers:
     // Wait for at least one repeat, which must not be emitted again.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while s.count("firing", "duplicate") < 1.0 {
-        assert!(tokio::time::Instant::now() < deadline, "no repeat from Alertmanager");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no repeat from Alertmanager"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     s.no_event();

@@ -4,6 +4,7 @@
 //! same write; this is what keeps actions from being lost or doubled.
 
 use super::plan::{self, Done, Goal, Step};
+use crate::leader::Leadership;
 use crate::metrics::{ActionKindLabels, Metrics};
 use crate::profile::Profile;
 use crate::view::ResourceKey;
@@ -28,6 +29,8 @@ pub enum ExecError {
     },
     #[error("{key}: still conflicting after {MAX_CONFLICTS} attempts")]
     Conflict { key: ResourceKey },
+    #[error("{key}: not the leader any more; left for the new leader")]
+    NotLeader { key: ResourceKey },
     #[error("{key}: apiserver error: {source}")]
     Api {
         key: ResourceKey,
@@ -41,6 +44,7 @@ impl ExecError {
         match self {
             Self::Forbidden { .. } => "forbidden",
             Self::Conflict { .. } => "conflict",
+            Self::NotLeader { .. } => "not_leader",
             Self::Api { .. } => "error",
         }
     }
@@ -104,6 +108,7 @@ pub struct Executor {
     metrics: Arc<Metrics>,
     recorder: Recorder,
     limiter: Arc<WriteLimiter>,
+    leader: Leadership,
     dry_run: bool,
 }
 
@@ -112,6 +117,7 @@ impl Executor {
         client: Client,
         metrics: Arc<Metrics>,
         limiter: Arc<WriteLimiter>,
+        leader: Leadership,
         dry_run: bool,
     ) -> Self {
         let reporter = Reporter {
@@ -123,6 +129,7 @@ impl Executor {
             client,
             metrics,
             limiter,
+            leader,
             dry_run,
         }
     }
@@ -182,6 +189,12 @@ impl Executor {
             }
             let body = plan::patch(profile, &obj, goal, step);
             self.limiter.acquire().await;
+            // Checked right before writing: the lease may have moved while
+            // we waited for the limiter.
+            if !self.leader.is_leader() {
+                self.metrics.action(step.action(goal), "skipped");
+                return Err(ExecError::NotLeader { key: key.clone() });
+            }
             let started = Instant::now();
             let pp = PatchParams::default();
             let res = if step.is_status() {

@@ -3,7 +3,10 @@
 //! write. Executing one step and planning again from the new object makes
 //! every goal idempotent: a retried or repeated goal never doubles a write.
 
-use crate::profile::{HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER, Profile, SKIP_MARKER};
+use crate::profile::{
+    CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER, Profile,
+    SKIP_MARKER,
+};
 use crate::view::{Owner, PauseState};
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
@@ -152,13 +155,24 @@ pub fn patch(profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) ->
         .unwrap_or_default();
     match step {
         Step::Hold => {
-            let record = match goal {
-                Goal::Hold(r) => serde_json::to_string(r).unwrap_or_default(),
-                _ => String::new(),
-            };
             let mut a = Map::new();
             a.insert(pause_key, Value::from(PAUSE_MARKER));
-            a.insert(HOLD_ANNOTATION.into(), Value::from(record));
+            if let Goal::Hold(r) = goal {
+                a.insert(
+                    HOLD_ANNOTATION.into(),
+                    Value::from(serde_json::to_string(r).unwrap_or_default()),
+                );
+                if !profile.has_native_counter() {
+                    a.insert(
+                        CRASH_ANNOTATION.into(),
+                        Value::from(r.crash_count.to_string()),
+                    );
+                    a.insert(
+                        FAILURE_TIME_ANNOTATION.into(),
+                        Value::from(r.since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                    );
+                }
+            }
             meta(Value::Object(a))
         }
         Step::Unpause => {
@@ -324,6 +338,7 @@ mod tests {
         HoldRecord {
             since: Utc::now(),
             reason: "alert RemedyTransientErrorRatioHigh".into(),
+            crash_count: 2,
         }
     }
 
@@ -402,16 +417,20 @@ mod tests {
         let held = apply_locally(&m, &patch(&p, &m, &goal, Step::Hold)).unwrap();
         assert!(matches!(p.project(&held).pause, PauseState::Ours { .. }));
         assert_eq!(next_step(&p, &held, &goal), Err(Done::Complete));
+        let view = p.project(&held);
+        assert_eq!(
+            view.crash_count,
+            Some(2),
+            "remedy's own counter is recorded"
+        );
+        assert!(view.failure_time.is_some());
         let released =
             apply_locally(&held, &patch(&p, &held, &Goal::Release, Step::Unpause)).unwrap();
+        let left: Vec<String> = released.metadata.annotations.unwrap().into_keys().collect();
+        // The pause and hold record go; the counter stays for the next backoff.
         assert_eq!(
-            released
-                .metadata
-                .annotations
-                .unwrap()
-                .into_iter()
-                .collect::<Vec<_>>(),
-            vec![("keep".to_string(), "me".to_string())]
+            left,
+            vec!["keep", CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION]
         );
     }
 

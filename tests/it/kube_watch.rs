@@ -1,8 +1,6 @@
 //! Watch → metrics against a real kube-apiserver: the real `remedy` binary
 //! watches real objects and exports what DESIGN.md names.
 
-
-
 use crate::support::objects::{api_for, create_with_status, sample};
 use crate::support::{Remedy, TestCluster, eventually, namespace};
 use std::time::Duration;
@@ -38,28 +36,56 @@ async fn real_objects_become_metrics_and_deletes_remove_series() {
     let delay = format!(
         r#"remedy_resource_backoff_delay_seconds{{namespace="{ns}",kind="BottlerocketShadow",name="{brs}"}}"#
     );
-    let text = eventually(Duration::from_secs(30), "metrics for all samples", || async {
-        let (code, text) = remedy.get("/metrics").await?;
-        (code == 200 && crate::support::sample(&text, &crash).is_some()).then_some(text)
-    })
+    let text = eventually(
+        Duration::from_secs(30),
+        "metrics for all samples",
+        || async {
+            let (code, text) = remedy.get("/metrics").await?;
+            (code == 200 && crate::support::sample(&text, &crash).is_some()).then_some(text)
+        },
+    )
     .await;
     let v = |s: &str| crate::support::sample(&text, s);
     assert_eq!(v(&crash), Some(3.0));
     // brupop model: 2^3 minutes.
     assert_eq!(v(&delay), Some(480.0));
-    assert_eq!(v(r#"remedy_resources{kind="OpenStackMachine",state="terminal"}"#), Some(1.0));
-    assert_eq!(v(r#"remedy_resources{kind="AWSMachine",state="terminal"}"#), Some(1.0));
-    assert_eq!(v(r#"remedy_resources{kind="AzureMachine",state="transient"}"#), Some(1.0));
-    assert_eq!(v(r#"remedy_resources{kind="BottlerocketShadow",state="transient"}"#), Some(1.0));
+    assert_eq!(
+        v(r#"remedy_resources{kind="OpenStackMachine",state="terminal"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        v(r#"remedy_resources{kind="AWSMachine",state="terminal"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        v(r#"remedy_resources{kind="AzureMachine",state="transient"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        v(r#"remedy_resources{kind="BottlerocketShadow",state="transient"}"#),
+        Some(1.0)
+    );
     let machines: f64 = ["healthy", "transient", "terminal", "held", "unclassifiable"]
         .iter()
-        .filter_map(|s| v(&format!(r#"remedy_resources{{kind="Machine",state="{s}"}}"#)))
+        .filter_map(|s| {
+            v(&format!(
+                r#"remedy_resources{{kind="Machine",state="{s}"}}"#
+            ))
+        })
         .sum();
-    assert_eq!(machines, 2.0, "both v1beta1 and v1beta2 Machines are seen once");
+    assert_eq!(
+        machines, 2.0,
+        "both v1beta1 and v1beta2 Machines are seen once"
+    );
     assert_eq!(v(r#"remedy_watch_synced{kind="Machine"}"#), Some(1.0));
-    assert_eq!(v(r#"remedy_transient_error_ratio{kind="BottlerocketShadow"}"#), Some(1.0));
+    assert_eq!(
+        v(r#"remedy_transient_error_ratio{kind="BottlerocketShadow"}"#),
+        Some(1.0)
+    );
     assert!(
-        v(&format!(r#"remedy_transient_errors_total{{namespace="{ns}",kind="BottlerocketShadow",reason="crash_loop"}}"#)) == Some(1.0),
+        v(&format!(
+            r#"remedy_transient_errors_total{{namespace="{ns}",kind="BottlerocketShadow",reason="crash_loop"}}"#
+        )) == Some(1.0),
         "{text}"
     );
 
@@ -75,12 +101,19 @@ async fn real_objects_become_metrics_and_deletes_remove_series() {
 
     // Delete: per-resource series go away.
     api.delete(brs, &Default::default()).await.expect("delete");
-    eventually(Duration::from_secs(20), "series removed after delete", || async {
-        let (_, text) = remedy.get("/metrics").await?;
-        (crate::support::sample(&text, &crash).is_none()
-            && crate::support::sample(&text, r#"remedy_resources{kind="BottlerocketShadow",state="transient"}"#) == Some(0.0))
-        .then_some(())
-    })
+    eventually(
+        Duration::from_secs(20),
+        "series removed after delete",
+        || async {
+            let (_, text) = remedy.get("/metrics").await?;
+            (crate::support::sample(&text, &crash).is_none()
+                && crate::support::sample(
+                    &text,
+                    r#"remedy_resources{kind="BottlerocketShadow",state="transient"}"#,
+                ) == Some(0.0))
+            .then_some(())
+        },
+    )
     .await;
 }
 

@@ -5,3 +5,4 @@ mod kube_watch;
 mod rbac;
 mod remediate;
 mod support;
+mod throttle;

@@ -7,8 +7,10 @@ use crate::support::{TestCluster, eventually, namespace, repo};
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use remedy::config::LeaderConfig;
 use remedy::metrics::Metrics;
 use remedy::profile::{HoldRecord, builtin, builtins};
@@ -25,8 +27,15 @@ const SA: &str = "system:serviceaccount:remedy-system:remedy";
 async fn apply_rbac(client: &Client) {
     static DONE: OnceCell<()> = OnceCell::const_new();
     DONE.get_or_init(|| async {
-        for file in ["namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml", "lease-rbac.yaml"] {
-            let text = std::fs::read_to_string(repo().join("deploy/base").join(file)).expect("manifest");
+        for file in [
+            "namespace.yaml",
+            "serviceaccount.yaml",
+            "clusterrole.yaml",
+            "clusterrolebinding.yaml",
+            "lease-rbac.yaml",
+        ] {
+            let text =
+                std::fs::read_to_string(repo().join("deploy/base").join(file)).expect("manifest");
             for doc in serde_yaml_ng::Deserializer::from_str(&text) {
                 let value: serde_json::Value = serde::Deserialize::deserialize(doc).expect("yaml");
                 if value.is_null() {
@@ -34,7 +43,10 @@ async fn apply_rbac(client: &Client) {
                 }
                 let mut obj: DynamicObject = serde_json::from_value(value).expect("object");
                 let t = obj.types.clone().expect("types");
-                let (group, version) = t.api_version.rsplit_once('/').unwrap_or(("", &t.api_version));
+                let (group, version) = t
+                    .api_version
+                    .rsplit_once('/')
+                    .unwrap_or(("", &t.api_version));
                 let plural = match t.kind.as_str() {
                     "Namespace" => "namespaces",
                     "ServiceAccount" => "serviceaccounts",
@@ -44,25 +56,43 @@ async fn apply_rbac(client: &Client) {
                     "RoleBinding" => "rolebindings",
                     other => panic!("unexpected kind {other} in RBAC manifests"),
                 };
-                let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, &t.kind), plural);
-                let namespaced = matches!(t.kind.as_str(), "ServiceAccount" | "Role" | "RoleBinding");
+                let ar = ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk(group, version, &t.kind),
+                    plural,
+                );
+                let namespaced =
+                    matches!(t.kind.as_str(), "ServiceAccount" | "Role" | "RoleBinding");
                 let api: Api<DynamicObject> = if namespaced {
-                    obj.metadata.namespace.get_or_insert_with(|| "remedy-system".into());
+                    obj.metadata
+                        .namespace
+                        .get_or_insert_with(|| "remedy-system".into());
                     Api::namespaced_with(client.clone(), "remedy-system", &ar)
                 } else {
                     Api::all_with(client.clone(), &ar)
                 };
                 let name = obj.metadata.name.clone().expect("name");
-                api.patch(&name, &PatchParams::apply("remedy-tests").force(), &Patch::Apply(&obj))
-                    .await
-                    .unwrap_or_else(|e| panic!("apply {file} {name}: {e}"));
+                api.patch(
+                    &name,
+                    &PatchParams::apply("remedy-tests").force(),
+                    &Patch::Apply(&obj),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("apply {file} {name}: {e}"));
             }
         }
     })
     .await;
 }
 
-async fn can_i(client: &Client, verb: &str, group: &str, resource: &str, sub: &str, ns: Option<&str>, name: Option<&str>) -> bool {
+async fn can_i(
+    client: &Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    sub: &str,
+    ns: Option<&str>,
+    name: Option<&str>,
+) -> bool {
     let review: SelfSubjectAccessReview = serde_json::from_value(json!({
         "spec": {"resourceAttributes": {
             "verb": verb, "group": group, "resource": resource, "subresource": sub,
@@ -97,11 +127,20 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
     for p in builtins() {
         let res = p.plural();
         for verb in ["get", "list", "watch", "patch"] {
-            assert!(can_i(&sa, verb, &p.group, &res, "", Some(&ns), None).await, "{verb} {res}");
+            assert!(
+                can_i(&sa, verb, &p.group, &res, "", Some(&ns), None).await,
+                "{verb} {res}"
+            );
         }
-        assert!(can_i(&sa, "patch", &p.group, &res, "status", Some(&ns), None).await, "patch {res}/status");
+        assert!(
+            can_i(&sa, "patch", &p.group, &res, "status", Some(&ns), None).await,
+            "patch {res}/status"
+        );
         for verb in ["delete", "update", "create"] {
-            assert!(!can_i(&sa, verb, &p.group, &res, "", Some(&ns), None).await, "{verb} {res} must be denied");
+            assert!(
+                !can_i(&sa, verb, &p.group, &res, "", Some(&ns), None).await,
+                "{verb} {res} must be denied"
+            );
         }
         assert!(!can_i(&sa, "update", &p.group, &res, "status", Some(&ns), None).await);
     }
@@ -113,15 +152,31 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
     let ex = executor(sa.clone(), Arc::new(Metrics::new(10)), false);
     let p = builtin("capi-machine").unwrap();
     let key = ResourceKey::new("Machine", &ns, &name);
-    let record = HoldRecord { since: chrono::Utc::now(), reason: "breaker".into() };
-    assert_eq!(ex.run(&p, &key, &Goal::Hold(record)).await.unwrap().steps, vec![Step::Hold]);
+    let record = HoldRecord {
+        since: chrono::Utc::now(),
+        reason: "breaker".into(),
+        crash_count: 1,
+    };
+    assert_eq!(
+        ex.run(&p, &key, &Goal::Hold(record)).await.unwrap().steps,
+        vec![Step::Hold]
+    );
     let out = ex.run(&p, &key, &Goal::Remediate).await.unwrap();
     assert_eq!(out.steps.last(), Some(&Step::Unpause));
-    let b = create_with_status(&admin, sample("brupop-bottlerocketshadow-crashed.yaml"), &ns).await;
+    let b = create_with_status(
+        &admin,
+        sample("brupop-bottlerocketshadow-crashed.yaml"),
+        &ns,
+    )
+    .await;
     let bname = b.metadata.name.clone().unwrap_or_default();
     let bp = builtin("bottlerocket-shadow").unwrap();
     let out = ex
-        .run(&bp, &ResourceKey::new("BottlerocketShadow", &ns, &bname), &Goal::Remediate)
+        .run(
+            &bp,
+            &ResourceKey::new("BottlerocketShadow", &ns, &bname),
+            &Goal::Remediate,
+        )
         .await
         .unwrap();
     assert_eq!(out.steps, vec![Step::ClearFailure, Step::ResetCounters]);
@@ -130,20 +185,50 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
     let api = api_for(&sa, &m, &ns);
     assert_eq!(code(api.delete(&name, &DeleteParams::default()).await), 403);
     let fresh = api.get(&name).await.unwrap();
-    assert_eq!(code(api.replace(&name, &PostParams::default(), &fresh).await), 403);
-    assert_eq!(code(Api::<Secret>::namespaced(sa.clone(), &ns).list(&Default::default()).await), 403);
-    let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "remedy"}})).unwrap();
-    assert_eq!(code(Api::<Lease>::namespaced(sa.clone(), "default").create(&PostParams::default(), &lease).await), 403);
-    let other: Lease = serde_json::from_value(json!({"metadata": {"name": "someone-else"}})).unwrap();
-    let _ = Api::<Lease>::namespaced(admin.clone(), "remedy-system").create(&PostParams::default(), &other).await;
     assert_eq!(
-        code(Api::<Lease>::namespaced(sa.clone(), "remedy-system")
-            .patch("someone-else", &PatchParams::default(), &Patch::Merge(json!({"spec": {"holderIdentity": "x"}})))
-            .await),
+        code(api.replace(&name, &PostParams::default(), &fresh).await),
         403
     );
     assert_eq!(
-        code(Api::<Lease>::namespaced(sa.clone(), "remedy-system").delete("remedy", &DeleteParams::default()).await),
+        code(
+            Api::<Secret>::namespaced(sa.clone(), &ns)
+                .list(&Default::default())
+                .await
+        ),
+        403
+    );
+    let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "remedy"}})).unwrap();
+    assert_eq!(
+        code(
+            Api::<Lease>::namespaced(sa.clone(), "default")
+                .create(&PostParams::default(), &lease)
+                .await
+        ),
+        403
+    );
+    let other: Lease =
+        serde_json::from_value(json!({"metadata": {"name": "someone-else"}})).unwrap();
+    let _ = Api::<Lease>::namespaced(admin.clone(), "remedy-system")
+        .create(&PostParams::default(), &other)
+        .await;
+    assert_eq!(
+        code(
+            Api::<Lease>::namespaced(sa.clone(), "remedy-system")
+                .patch(
+                    "someone-else",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"holderIdentity": "x"}}))
+                )
+                .await
+        ),
+        403
+    );
+    assert_eq!(
+        code(
+            Api::<Lease>::namespaced(sa.clone(), "remedy-system")
+                .delete("remedy", &DeleteParams::default())
+                .await
+        ),
         403
     );
 
@@ -158,8 +243,10 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
     let leadership = remedy::leader::start(sa.clone(), &cfg, "rbac-test".into(), metrics.clone())
         .await
         .expect("lease manager as the ServiceAccount");
-    eventually(Duration::from_secs(30), "leadership as the ServiceAccount", || async {
-        leadership.is_leader().then_some(())
-    })
+    eventually(
+        Duration::from_secs(30),
+        "leadership as the ServiceAccount",
+        || async { leadership.is_leader().then_some(()) },
+    )
     .await;
 }

@@ -30,6 +30,7 @@ fn record() -> HoldRecord {
     HoldRecord {
         since: Utc::now(),
         reason: "breaker".into(),
+        crash_count: 1,
     }
 }
 
@@ -53,22 +54,51 @@ async fn hold_then_remediate_a_v1beta2_machine_end_to_end() {
     let out = ex.run(&p, &key, &Goal::Hold(record())).await.unwrap();
     assert_eq!(out.steps, vec![Step::Hold]);
     let held = api.get(&name).await.unwrap();
-    assert_eq!(annotations(&held).get(CAPI_PAUSED).map(String::as_str), Some(remedy::profile::PAUSE_MARKER));
+    assert_eq!(
+        annotations(&held).get(CAPI_PAUSED).map(String::as_str),
+        Some(remedy::profile::PAUSE_MARKER)
+    );
     assert!(annotations(&held).contains_key(HOLD_ANNOTATION));
 
     let out = ex.run(&p, &key, &Goal::Remediate).await.unwrap();
     assert_eq!(
         out.steps,
-        vec![Step::SetSkipRemediation, Step::ClearFailure, Step::RemoveSkipRemediation, Step::Unpause]
+        vec![
+            Step::SetSkipRemediation,
+            Step::ClearFailure,
+            Step::RemoveSkipRemediation,
+            Step::Unpause
+        ]
     );
     let after = api.get(&name).await.unwrap();
     let a = annotations(&after);
-    assert!(!a.contains_key(CAPI_PAUSED) && !a.contains_key(HOLD_ANNOTATION) && !a.contains_key(CAPI_SKIP_REMEDIATION), "{a:?}");
+    assert!(
+        !a.contains_key(CAPI_PAUSED)
+            && !a.contains_key(HOLD_ANNOTATION)
+            && !a.contains_key(CAPI_SKIP_REMEDIATION),
+        "{a:?}"
+    );
     let status = &after.data["status"];
-    assert!(status["deprecated"]["v1beta1"].get("failureReason").is_none(), "{status}");
-    assert!(status["deprecated"]["v1beta1"].get("failureMessage").is_none(), "{status}");
-    assert_eq!(status["phase"], "Failed", "fields remedy does not own are untouched");
-    assert!(status.get("failureReason").is_none(), "no empty parents or new fields created");
+    assert!(
+        status["deprecated"]["v1beta1"]
+            .get("failureReason")
+            .is_none(),
+        "{status}"
+    );
+    assert!(
+        status["deprecated"]["v1beta1"]
+            .get("failureMessage")
+            .is_none(),
+        "{status}"
+    );
+    assert_eq!(
+        status["phase"], "Failed",
+        "fields remedy does not own are untouched"
+    );
+    assert!(
+        status.get("failureReason").is_none(),
+        "no empty parents or new fields created"
+    );
 
     // Idempotent: the same goal again writes nothing.
     let rv = after.metadata.resource_version.clone();
@@ -87,11 +117,23 @@ async fn hold_then_remediate_a_v1beta2_machine_end_to_end() {
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str()))
         .filter_map(|e| e.reason)
         .collect();
-    for want in ["Held", "SkipRemediationSet", "FailureCleared", "SkipRemediationRemoved", "Unpaused"] {
-        assert!(reasons.iter().any(|r| r == want), "missing Event {want}: {reasons:?}");
+    for want in [
+        "Held",
+        "SkipRemediationSet",
+        "FailureCleared",
+        "SkipRemediationRemoved",
+        "Unpaused",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r == want),
+            "missing Event {want}: {reasons:?}"
+        );
     }
     let text = metrics.encode().unwrap();
-    assert!(text.contains(r#"remedy_actions_total{action="clear_failure",result="success"} 1"#), "{text}");
+    assert!(
+        text.contains(r#"remedy_actions_total{action="clear_failure",result="success"} 1"#),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -112,7 +154,10 @@ async fn a_human_pause_is_never_removed_and_nothing_is_written() {
     }
     let after = api.get(&name).await.unwrap();
     assert_eq!(after.metadata.resource_version, m.metadata.resource_version);
-    assert_eq!(annotations(&after).get(CAPI_PAUSED).map(String::as_str), Some(""));
+    assert_eq!(
+        annotations(&after).get(CAPI_PAUSED).map(String::as_str),
+        Some("")
+    );
 }
 
 #[tokio::test]
@@ -126,16 +171,26 @@ async fn stale_resource_version_gets_409_and_the_executor_replans_under_churn() 
 
     // The precondition is real: a patch planned from an old object fails.
     let stale = api.get(&name).await.unwrap();
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"bump": "1"}}})))
-        .await
-        .unwrap();
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"bump": "1"}}})),
+    )
+    .await
+    .unwrap();
     let body = plan::patch(&p, &stale, &Goal::Hold(record()), Step::Hold);
-    match api.patch(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+    {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 409),
         other => panic!("expected 409, got {other:?}"),
     }
     let status_body = plan::patch(&p, &stale, &Goal::Remediate, Step::ClearFailure);
-    match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status_body)).await {
+    match api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status_body))
+        .await
+    {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 409),
         other => panic!("expected 409 on the status subresource, got {other:?}"),
     }
@@ -147,7 +202,11 @@ async fn stale_resource_version_gets_409_and_the_executor_replans_under_churn() 
     let churn = tokio::spawn(async move {
         for i in 0..60 {
             let _ = churn_api
-                .patch(&churn_name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"churn": i.to_string()}}})))
+                .patch(
+                    &churn_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {"churn": i.to_string()}}})),
+                )
                 .await;
             tokio::time::sleep(std::time::Duration::from_millis(15)).await;
         }
@@ -162,21 +221,38 @@ async fn stale_resource_version_gets_409_and_the_executor_replans_under_churn() 
     let after = api.get(&name).await.unwrap();
     assert!(after.data["status"].get("failureReason").is_none());
     assert!(!annotations(&after).contains_key(CAPI_PAUSED));
-    assert_eq!(after.metadata.labels.unwrap_or_default().get("churn").map(String::as_str), Some("59"));
+    assert_eq!(
+        after
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("churn")
+            .map(String::as_str),
+        Some("59")
+    );
 }
 
 #[tokio::test]
 async fn dry_run_reports_the_plan_and_writes_nothing() {
     let client = TestCluster::shared().client().await;
     let ns = namespace(&client, "dryrun").await;
-    let b = create_with_status(&client, sample("brupop-bottlerocketshadow-crashed.yaml"), &ns).await;
+    let b = create_with_status(
+        &client,
+        sample("brupop-bottlerocketshadow-crashed.yaml"),
+        &ns,
+    )
+    .await;
     let api = api_for(&client, &b, &ns);
     let name = b.metadata.name.clone().unwrap_or_default();
     let metrics = Arc::new(Metrics::new(10));
     let ex = executor(client.clone(), metrics.clone(), true);
     let p = builtin("bottlerocket-shadow").unwrap();
     let out = ex
-        .run(&p, &ResourceKey::new("BottlerocketShadow", &ns, &name), &Goal::Remediate)
+        .run(
+            &p,
+            &ResourceKey::new("BottlerocketShadow", &ns, &name),
+            &Goal::Remediate,
+        )
         .await
         .unwrap();
     assert_eq!(out.steps, vec![Step::ClearFailure, Step::ResetCounters]);
@@ -184,5 +260,8 @@ async fn dry_run_reports_the_plan_and_writes_nothing() {
     assert_eq!(after.metadata.resource_version, b.metadata.resource_version);
     assert_eq!(after.data["status"]["crash_count"], 3);
     let text = metrics.encode().unwrap();
-    assert!(text.contains(r#"remedy_actions_total{action="reset_counters",result="dry_run"} 1"#), "{text}");
+    assert!(
+        text.contains(r#"remedy_actions_total{action="reset_counters",result="dry_run"} 1"#),
+        "{text}"
+    );
 }

@@ -53,7 +53,11 @@ impl Proc {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("{} exited early ({status}):\n{}", self.name, self.log_tail());
+                panic!(
+                    "{} exited early ({status}):\n{}",
+                    self.name,
+                    self.log_tail()
+                );
             }
             let ready = client
                 .get(format!("{}/-/ready", self.base))
@@ -88,7 +92,13 @@ impl Drop for Proc {
     }
 }
 
-pub fn spawn(name: &'static str, bin: &str, port: u16, dir: tempfile::TempDir, args: &[String]) -> Proc {
+pub fn spawn(
+    name: &'static str,
+    bin: &str,
+    port: u16,
+    dir: tempfile::TempDir,
+    args: &[String],
+) -> Proc {
     let log = dir.path().join(format!("{name}.log"));
     let out = std::fs::File::create(&log).expect("log file");
     let err = out.try_clone().expect("log file");

@@ -51,7 +51,10 @@ impl TestCluster {
         let deadline = Instant::now() + Duration::from_secs(180);
         while !ready.exists() {
             if Instant::now() > deadline {
-                panic!("test cluster not ready in 180s:\n{}", tail(&dir.join("harness.log")));
+                panic!(
+                    "test cluster not ready in 180s:\n{}",
+                    tail(&dir.join("harness.log"))
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -97,7 +100,11 @@ impl TestCluster {
         assert!(status.success());
         let deadline = Instant::now() + Duration::from_secs(120);
         while std::fs::read_to_string(&counter).unwrap_or_default() == before {
-            assert!(Instant::now() < deadline, "apiserver restart timed out:\n{}", tail(&self.dir.join("harness.log")));
+            assert!(
+                Instant::now() < deadline,
+                "apiserver restart timed out:\n{}",
+                tail(&self.dir.join("harness.log"))
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -131,7 +138,7 @@ pub fn tail(path: &Path) -> String {
         let _ = f.read_to_string(&mut s);
     }
     let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
+    lines[lines.len().saturating_sub(400)..].join("\n")
 }
 
 /// A fresh namespace for one test.
@@ -139,7 +146,8 @@ pub async fn namespace(client: &Client, prefix: &str) -> String {
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::{Api, PostParams};
     let name = format!("{prefix}-{:08x}", rand::random::<u32>());
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("ns");
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("ns");
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &ns)
         .await
@@ -221,7 +229,11 @@ impl Remedy {
             if let Some((200, _)) = self.get("/readyz").await {
                 return;
             }
-            assert!(Instant::now() < deadline, "remedy not ready:\n{}", self.log_tail());
+            assert!(
+                Instant::now() < deadline,
+                "remedy not ready:\n{}",
+                self.log_tail()
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }

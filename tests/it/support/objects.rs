@@ -2,7 +2,9 @@
 //! Status is dropped on create (status subresource), so it is patched after.
 
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use remedy::profile::{Profile, builtins};
 use serde_json::Value;
 
@@ -13,7 +15,11 @@ pub fn sample(name: &str) -> DynamicObject {
 }
 
 pub fn profile_for(obj: &DynamicObject) -> Profile {
-    let kind = obj.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
+    let kind = obj
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default();
     builtins()
         .into_iter()
         .find(|p| p.kind == kind)
@@ -24,14 +30,21 @@ pub fn profile_for(obj: &DynamicObject) -> Profile {
 /// version remedy watches, e.g. a v1beta2 Machine).
 pub fn api_for(client: &Client, obj: &DynamicObject, ns: &str) -> Api<DynamicObject> {
     let t = obj.types.as_ref().expect("types");
-    let (group, version) = t.api_version.rsplit_once('/').unwrap_or(("", &t.api_version));
+    let (group, version) = t
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", &t.api_version));
     let gvk = GroupVersionKind::gvk(group, version, &t.kind);
     let ar = ApiResource::from_gvk_with_plural(&gvk, &profile_for(obj).plural());
     Api::namespaced_with(client.clone(), ns, &ar)
 }
 
 /// Creates the object in `ns` (name kept) with its status; returns it.
-pub async fn create_with_status(client: &Client, mut obj: DynamicObject, ns: &str) -> DynamicObject {
+pub async fn create_with_status(
+    client: &Client,
+    mut obj: DynamicObject,
+    ns: &str,
+) -> DynamicObject {
     obj.metadata.namespace = Some(ns.to_string());
     obj.metadata.owner_references = None;
     obj.metadata.resource_version = None;
@@ -43,7 +56,14 @@ pub async fn create_with_status(client: &Client, mut obj: DynamicObject, ns: &st
         .await
         .expect("create sample");
     match status {
-        Some(s) => set_status(&api, created.metadata.name.as_deref().unwrap_or_default(), s).await,
+        Some(s) => {
+            set_status(
+                &api,
+                created.metadata.name.as_deref().unwrap_or_default(),
+                s,
+            )
+            .await
+        }
         None => created,
     }
 }

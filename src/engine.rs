@@ -1,0 +1,624 @@
+//! The decision loop. Every tick it reads the store, feeds the outage
+//! breaker, turns alert episodes into goals and spends the release budget
+//! (lowest crash_count first); workers carry the goals out. Followers run
+//! the same loop for metrics but never enqueue a write.
+
+use crate::budget::{Candidate, OutageBreaker, Sample, TokenBucket, plan_releases};
+use crate::classify::Verdict;
+use crate::config::{AlertRule, Config};
+use crate::leader::Leadership;
+use crate::metrics::{KindReasonLabels, Metrics, ScopeLabels};
+use crate::profile::{HoldRecord, Profile};
+use crate::remediate::execute::Executor;
+use crate::remediate::plan::Goal;
+use crate::scope::Scope;
+use crate::signals::verify::Verifier;
+use crate::signals::{AlertEvent, AlertStatus};
+use crate::store::Store;
+use crate::view::{PauseState, ResourceKey};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tracing::Instrument;
+
+/// Hold reason recorded for breaker holds; alert holds record `alert:<name>`.
+pub const BREAKER_REASON: &str = "breaker";
+const ALERT_PREFIX: &str = "alert:";
+/// Episodes kept at most; the oldest finished ones go first.
+const MAX_EPISODES: usize = 1000;
+/// Finished episodes are forgotten after this.
+const EPISODE_TTL: Duration = Duration::from_secs(3600);
+const WORKERS: usize = 4;
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Episode {
+    pub alertname: String,
+    pub matchers: BTreeMap<String, String>,
+    pub firing: bool,
+    pub changed_at: DateTime<Utc>,
+    /// Set once the condition was verified cleared; remediation needs it.
+    pub verified_at: Option<DateTime<Utc>>,
+    /// Last verification failure, for status and readiness.
+    pub last_error: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StatusReport {
+    pub leader: bool,
+    pub dry_run: bool,
+    pub breaker_open: bool,
+    pub budget_tokens: f64,
+    pub held: Vec<String>,
+    pub pending: Vec<String>,
+    pub waiting: BTreeMap<String, String>,
+    pub episodes: Vec<Episode>,
+}
+
+struct State {
+    breaker: OutageBreaker,
+    bucket: TokenBucket,
+    episodes: BTreeMap<Scope, Episode>,
+    /// resourceVersion a goal was planned from: the key is not planned again
+    /// until the watch shows a newer version (the store lags our writes).
+    planned_at_rv: HashMap<ResourceKey, Box<str>>,
+    report: StatusReport,
+}
+
+/// Goals waiting for a worker, at most one per resource.
+#[derive(Default)]
+struct Pending {
+    goals: Mutex<(BTreeMap<ResourceKey, Goal>, HashSet<ResourceKey>)>,
+    notify: Notify,
+}
+
+impl Pending {
+    /// Adds unless the resource already has a goal queued or running.
+    fn offer(&self, key: ResourceKey, goal: Goal) -> bool {
+        let Ok(mut g) = self.goals.lock() else {
+            return false;
+        };
+        if g.0.contains_key(&key) || g.1.contains(&key) {
+            return false;
+        }
+        g.0.insert(key, goal);
+        drop(g);
+        self.notify.notify_one();
+        true
+    }
+
+    fn take(&self) -> Option<(ResourceKey, Goal)> {
+        let mut g = self.goals.lock().ok()?;
+        let key = g.0.keys().next()?.clone();
+        let goal = g.0.remove(&key)?;
+        g.1.insert(key.clone());
+        Some((key, goal))
+    }
+
+    fn finish(&self, key: &ResourceKey) {
+        if let Ok(mut g) = self.goals.lock() {
+            g.1.remove(key);
+        }
+    }
+
+    /// Drops queued (not running) goals a new firing alert makes unsafe.
+    fn cancel(&self, mut pred: impl FnMut(&ResourceKey, &Goal) -> bool) -> usize {
+        let Ok(mut g) = self.goals.lock() else {
+            return 0;
+        };
+        let before = g.0.len();
+        g.0.retain(|k, goal| !pred(k, goal));
+        before - g.0.len()
+    }
+
+    fn len(&self) -> usize {
+        self.goals
+            .lock()
+            .map(|g| g.0.len() + g.1.len())
+            .unwrap_or(0)
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.goals
+            .lock()
+            .map(|g| {
+                g.0.iter()
+                    .map(|(k, goal)| format!("{k} {}", goal.label()))
+                    .chain(g.1.iter().map(|k| format!("{k} running")))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+pub struct Engine {
+    store: Arc<Store>,
+    executor: Arc<Executor>,
+    verifier: Option<Arc<Verifier>>,
+    leader: Leadership,
+    metrics: Arc<Metrics>,
+    alerts: Vec<AlertRule>,
+    breaker_query: Option<String>,
+    settle: Duration,
+    max_per_tick: usize,
+    dry_run: bool,
+    origin: Instant,
+    state: Mutex<State>,
+    pending: Pending,
+}
+
+impl Engine {
+    pub fn new(
+        cfg: &Config,
+        store: Arc<Store>,
+        executor: Arc<Executor>,
+        verifier: Option<Arc<Verifier>>,
+        leader: Leadership,
+    ) -> Arc<Self> {
+        let metrics = store.metrics().clone();
+        Arc::new(Self {
+            store,
+            executor,
+            verifier,
+            leader,
+            metrics,
+            alerts: cfg.alerts.clone(),
+            breaker_query: cfg.breaker.query.clone(),
+            settle: cfg.signals.settle,
+            max_per_tick: usize::try_from(cfg.budget.burst).unwrap_or(usize::MAX),
+            dry_run: cfg.dry_run,
+            origin: Instant::now(),
+            state: Mutex::new(State {
+                breaker: OutageBreaker::new(&cfg.breaker),
+                bucket: TokenBucket::new(cfg.budget.refill_per_second, cfg.budget.burst),
+                episodes: BTreeMap::new(),
+                planned_at_rv: HashMap::new(),
+                report: StatusReport::default(),
+            }),
+            pending: Pending::default(),
+        })
+    }
+
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    /// Records an alert notification. Firing cancels queued remediation in
+    /// its scope at once; resolved only starts the settle clock.
+    pub fn handle(&self, ev: &AlertEvent) {
+        let Some(rule) = self.alerts.iter().find(|a| a.alertname == ev.alertname) else {
+            return;
+        };
+        let scope = Scope::from_alert(rule, &ev.labels);
+        let firing = ev.status == AlertStatus::Firing;
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        let ep = st.episodes.entry(scope.clone()).or_insert_with(|| Episode {
+            alertname: ev.alertname.clone(),
+            matchers: scope.matchers.clone(),
+            firing,
+            changed_at: ev.received_at,
+            verified_at: None,
+            last_error: None,
+        });
+        ep.firing = firing;
+        ep.changed_at = ev.received_at;
+        ep.verified_at = None;
+        drop(st);
+        tracing::info!(alert = %ev.alertname, firing, matchers = ?scope.matchers, "alert episode updated");
+        if firing {
+            let store = &self.store;
+            let n = self.pending.cancel(|k, goal| {
+                !matches!(goal, Goal::Hold(_))
+                    && store.get(k).is_some_and(|e| scope.matches(k, &e.view))
+            });
+            if n > 0 {
+                tracing::info!(alert = %ev.alertname, cancelled = n, "alert fired again: queued remediation cancelled");
+            }
+        }
+    }
+
+    /// Verifies resolved episodes whose settle time has passed. Errors keep
+    /// the episode unverified: no remediation without proof.
+    async fn verify(&self, now: DateTime<Utc>) {
+        let due: Vec<(Scope, Episode)> = match self.state.lock() {
+            Ok(st) => st
+                .episodes
+                .iter()
+                .filter(|(_, e)| !e.firing)
+                .filter(|(_, e)| {
+                    let since = e.verified_at.unwrap_or(e.changed_at);
+                    (now - since).to_std().is_ok_and(|d| d >= self.settle)
+                })
+                .map(|(s, e)| (s.clone(), e.clone()))
+                .collect(),
+            Err(_) => return,
+        };
+        for (scope, ep) in due {
+            let verify_query = self
+                .alerts
+                .iter()
+                .find(|a| a.alertname == ep.alertname)
+                .and_then(|a| a.verify_query.clone());
+            let result = match &self.verifier {
+                Some(v) => v
+                    .cleared(&ep.alertname, &ep.matchers, verify_query.as_deref())
+                    .await
+                    .map_err(|e| e.to_string()),
+                None => Err("no Prometheus configured: cannot verify".to_string()),
+            };
+            let Ok(mut st) = self.state.lock() else {
+                return;
+            };
+            let Some(e) = st.episodes.get_mut(&scope) else {
+                continue;
+            };
+            if e.firing {
+                // Fired again while we were asking.
+                continue;
+            }
+            match result {
+                Ok(c) if c.cleared => {
+                    if e.verified_at.is_none() {
+                        tracing::info!(alert = %ep.alertname, matchers = ?ep.matchers, "verified cleared");
+                    }
+                    e.verified_at = Some(now);
+                    e.last_error = None;
+                }
+                Ok(c) => {
+                    tracing::info!(alert = %ep.alertname, why = %c.why, "resolved but not cleared yet");
+                    e.verified_at = None;
+                    e.changed_at = now;
+                    e.last_error = Some(c.why);
+                }
+                Err(why) => {
+                    tracing::warn!(alert = %ep.alertname, error = %why, "verification failed; retrying later");
+                    e.verified_at = None;
+                    e.last_error = Some(why);
+                }
+            }
+        }
+    }
+
+    /// One decision pass.
+    pub async fn tick(&self) {
+        let wall = Utc::now();
+        let now = self.now();
+        self.verify(wall).await;
+        let external = match (&self.verifier, &self.breaker_query) {
+            (Some(v), Some(q)) => v.query_scalar(q).await.ok().flatten(),
+            _ => None,
+        };
+
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        let st = &mut *st;
+        // Forget finished episodes.
+        st.episodes.retain(|_, e| {
+            e.firing
+                || (wall - e.changed_at)
+                    .to_std()
+                    .is_ok_and(|d| d < EPISODE_TTL)
+        });
+        while st.episodes.len() > MAX_EPISODES {
+            let oldest = st
+                .episodes
+                .iter()
+                .min_by_key(|(_, e)| e.changed_at)
+                .map(|(s, _)| s.clone());
+            match oldest {
+                Some(s) => st.episodes.remove(&s),
+                None => break,
+            };
+        }
+
+        let profiles = self.store.profiles();
+        let backoff = self.store.backoff();
+        let firing: Vec<&Scope> = st
+            .episodes
+            .iter()
+            .filter(|(_, e)| e.firing)
+            .map(|(s, _)| s)
+            .collect();
+        let verified: Vec<&Scope> = st
+            .episodes
+            .iter()
+            .filter(|(_, e)| !e.firing && e.verified_at.is_some())
+            .map(|(s, _)| s)
+            .collect();
+        let known: HashSet<&str> = st.episodes.keys().map(|s| s.alertname.as_str()).collect();
+
+        let mut sample = Sample {
+            total: 0,
+            failing: 0,
+            not_found: 0,
+            external_ratio: external,
+        };
+        let mut holds: Vec<(ResourceKey, String, u32)> = Vec::new();
+        let mut candidates: Vec<Candidate<ResourceKey>> = Vec::new();
+        let mut goals: HashMap<ResourceKey, Goal> = HashMap::new();
+        let mut recovered: Vec<Scope> = Vec::new();
+        let mut held_keys = Vec::new();
+        let mut settling: HashMap<String, i64> = HashMap::new();
+        let breaker_open_before = st.breaker.is_open();
+        let planned = &st.planned_at_rv;
+        self.store.for_each(|key, e| {
+            sample.total += 1;
+            let held = matches!(e.view.pause, PauseState::Ours { .. });
+            let not_found = matches!(
+                e.verdict,
+                Verdict::Terminal {
+                    not_found: true,
+                    ..
+                }
+            );
+            let transient = matches!(e.verdict, Verdict::Transient { .. });
+            // Only failures that still reconcile (and so still call the
+            // cloud) feed the breaker: a paused resource, ours or a human's,
+            // makes no calls, and counting it would keep the breaker open.
+            if e.view.pause == PauseState::NotPaused {
+                if transient {
+                    sample.failing += 1;
+                }
+                if not_found {
+                    sample.not_found += 1;
+                }
+            }
+            if held {
+                held_keys.push(key.to_string());
+            }
+            if e.view.deleting || e.view.pause == PauseState::Foreign {
+                return;
+            }
+            if planned
+                .get(key)
+                .is_some_and(|rv| *rv == e.view.resource_version)
+            {
+                return;
+            }
+            let Some(profile): Option<&Profile> = profiles.get(e.profile) else {
+                return;
+            };
+            // Counters older than the quiet window no longer count.
+            let crashes = if backoff.is_stale(e.view.failure_time, wall) {
+                0
+            } else {
+                e.view.crash_count.unwrap_or(0)
+            };
+            let in_firing = firing.iter().any(|s| s.matches(key, &e.view));
+            let in_verified = verified.iter().any(|s| s.matches(key, &e.view));
+            let failing = transient || not_found;
+            if !held {
+                if failing && profile.hold.is_some() && (breaker_open_before || in_firing) {
+                    let reason = firing
+                        .iter()
+                        .find(|s| s.matches(key, &e.view))
+                        .map(|s| format!("{ALERT_PREFIX}{}", s.alertname))
+                        .unwrap_or_else(|| BREAKER_REASON.to_string());
+                    holds.push((key.clone(), reason, crashes.saturating_add(1)));
+                } else if in_verified && transient && !in_firing {
+                    goals.insert(key.clone(), Goal::Remediate);
+                }
+            } else if !in_firing {
+                let reason = match &e.view.pause {
+                    PauseState::Ours { reason, .. } => reason.as_deref(),
+                    _ => None,
+                };
+                if in_verified {
+                    goals.insert(key.clone(), Goal::Remediate);
+                } else if let Some(alert) = reason.and_then(|r| r.strip_prefix(ALERT_PREFIX)) {
+                    // Held for an alert that is not verified cleared yet. If
+                    // this process never saw its episode (restart, leader
+                    // change), verify it before releasing.
+                    if !known.contains(alert) {
+                        recovered.push(Scope::recovered(alert, &key.kind));
+                    }
+                    *settling.entry(key.kind.to_string()).or_insert(0) += 1;
+                } else {
+                    goals.insert(key.clone(), Goal::Release);
+                }
+            }
+            if goals.contains_key(key) {
+                candidates.push(Candidate {
+                    key: key.clone(),
+                    crash_count: crashes,
+                    backoff_remaining: backoff.remaining(crashes, e.view.failure_time, wall),
+                });
+            }
+        });
+
+        let state = st.breaker.observe(now, sample);
+        let breaker_open = state.is_open();
+        if breaker_open != breaker_open_before {
+            tracing::warn!(open = breaker_open, ?state, "outage breaker changed");
+        }
+        self.metrics
+            .breaker_open
+            .get_or_create(&ScopeLabels { scope: "cluster" })
+            .set(i64::from(breaker_open));
+        for s in recovered {
+            st.episodes.entry(s.clone()).or_insert_with(|| Episode {
+                alertname: s.alertname.clone(),
+                matchers: s.matchers.clone(),
+                firing: false,
+                changed_at: wall,
+                verified_at: None,
+                last_error: None,
+            });
+        }
+
+        let leader = self.leader.is_leader();
+        let mut waiting_counts: HashMap<(String, &'static str), i64> = HashMap::new();
+        let mut waiting = BTreeMap::new();
+        if leader {
+            for (key, reason, crash_count) in holds {
+                let record = HoldRecord {
+                    since: wall,
+                    reason,
+                    crash_count,
+                };
+                if let Some(e) = self.store.get(&key) {
+                    st.planned_at_rv
+                        .insert(key.clone(), e.view.resource_version.clone());
+                }
+                self.pending.offer(key, Goal::Hold(record));
+            }
+            let plan = plan_releases(
+                &candidates,
+                breaker_open,
+                &mut st.bucket,
+                now,
+                self.max_per_tick,
+            );
+            for key in plan.release {
+                if let Some(goal) = goals.remove(&key) {
+                    if let Some(e) = self.store.get(&key) {
+                        st.planned_at_rv
+                            .insert(key.clone(), e.view.resource_version.clone());
+                    }
+                    if self.pending.offer(key.clone(), goal) {
+                        self.metrics
+                            .releases
+                            .get_or_create(&crate::metrics::KindLabels {
+                                kind: key.kind.to_string(),
+                            })
+                            .inc();
+                    }
+                }
+            }
+            for (key, why) in plan.waiting {
+                *waiting_counts
+                    .entry((key.kind.to_string(), why.label()))
+                    .or_insert(0) += 1;
+                waiting.insert(key.to_string(), why.label().to_string());
+            }
+        }
+        for (kind, n) in settling {
+            *waiting_counts.entry((kind, "settle")).or_insert(0) += n;
+        }
+        // Drop plan markers the watch has caught up with.
+        let store = &self.store;
+        st.planned_at_rv
+            .retain(|k, rv| store.get(k).is_some_and(|e| e.view.resource_version == *rv));
+
+        for p in profiles {
+            for reason in ["breaker", "backoff", "budget", "settle"] {
+                let n = waiting_counts
+                    .get(&(p.kind.clone(), reason))
+                    .copied()
+                    .unwrap_or(0);
+                self.metrics
+                    .waiting
+                    .get_or_create(&KindReasonLabels {
+                        kind: p.kind.clone(),
+                        reason,
+                    })
+                    .set(n);
+            }
+        }
+        let tokens = st.bucket.tokens(now);
+        self.metrics.budget_tokens.set(tokens);
+        self.metrics
+            .pending_actions
+            .set(i64::try_from(self.pending.len()).unwrap_or(i64::MAX));
+        held_keys.sort();
+        st.report = StatusReport {
+            leader,
+            dry_run: self.dry_run,
+            breaker_open,
+            budget_tokens: tokens,
+            held: held_keys,
+            pending: self.pending.keys(),
+            waiting,
+            episodes: st.episodes.values().cloned().collect(),
+        };
+    }
+
+    pub fn report(&self) -> StatusReport {
+        self.state
+            .lock()
+            .map(|s| s.report.clone())
+            .unwrap_or_default()
+    }
+
+    /// Readiness detail: verification problems are reported, not hidden.
+    pub fn problems(&self) -> Vec<String> {
+        self.state
+            .lock()
+            .map(|s| {
+                s.episodes
+                    .values()
+                    .filter_map(|e| {
+                        e.last_error
+                            .as_ref()
+                            .map(|err| format!("alert {} not verified: {err}", e.alertname))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Runs the tick loop and the workers until the process ends.
+    pub async fn run(
+        self: Arc<Self>,
+        tick: Duration,
+        mut events: tokio::sync::mpsc::Receiver<AlertEvent>,
+    ) {
+        for _ in 0..WORKERS {
+            let me = self.clone();
+            tokio::spawn(async move { me.work().await });
+        }
+        let mut interval = tokio::time::interval(tick);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut open = true;
+        loop {
+            tokio::select! {
+                _ = interval.tick() => self.tick().await,
+                ev = events.recv(), if open => match ev {
+                    Some(ev) => self.handle(&ev),
+                    // Webhook gone (not configured): keep deciding on ticks.
+                    None => open = false,
+                },
+            }
+        }
+    }
+
+    async fn work(&self) {
+        loop {
+            let Some((key, goal)) = self.pending.take() else {
+                self.pending.notify.notified().await;
+                continue;
+            };
+            let profile = self
+                .store
+                .get(&key)
+                .and_then(|e| self.store.profiles().get(e.profile).cloned());
+            if let Some(profile) = profile {
+                let span = tracing::info_span!("goal", resource = %key, goal = goal.label(), trace_id = %trace_id());
+                match self
+                    .executor
+                    .run(&profile, &key, &goal)
+                    .instrument(span)
+                    .await
+                {
+                    Ok(out) => {
+                        tracing::debug!(steps = ?out.steps, done = out.done.label(), gone = out.gone, "goal finished")
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, label = e.label(), "goal failed; planned again next tick")
+                    }
+                }
+            }
+            self.pending.finish(&key);
+        }
+    }
+}
+
+/// A short random id that ties the log lines of one goal together.
+fn trace_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
