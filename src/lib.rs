@@ -17,6 +17,7 @@ pub mod remediate;
 pub mod scope;
 pub mod server;
 pub mod signals;
+pub mod sim;
 pub mod store;
 pub mod view;
 pub mod watch;

@@ -28,6 +28,8 @@ enum Command {
     CheckConfig { file: PathBuf },
     /// Print the built-in profiles as YAML.
     Profiles,
+    /// Compare retry policies through a simulated cloud outage.
+    Simulate(remedy::sim::SimArgs),
 }
 
 fn init_tracing(format: &str) {
@@ -76,6 +78,16 @@ fn main() -> ExitCode {
                 for p in &v.profiles {
                     println!("  {:<20} {}/{}", p.name, p.api_version(), p.kind);
                 }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Simulate(args) => match remedy::sim::run_cli(&args) {
+            Ok(table) => {
+                print!("{table}");
                 ExitCode::SUCCESS
             }
             Err(e) => {

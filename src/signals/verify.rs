@@ -151,13 +151,14 @@ fn checked_matchers<'a>(
     Ok(out)
 }
 
-/// `ALERTS{alertname="X",alertstate="firing",k="v",...}`.
+/// `ALERTS{alertname="X",alertstate=~"firing|pending",k="v",...}`: a
+/// pending alert means the condition is true again, so it is not cleared.
 pub fn alerts_query(
     alertname: &str,
     matchers: &BTreeMap<String, String>,
 ) -> Result<String, SignalError> {
     let mut q = format!(
-        "ALERTS{{alertname={},alertstate=\"firing\"",
+        "ALERTS{{alertname={},alertstate=~\"firing|pending\"",
         promql_quote(alertname)
     );
     for (k, v) in checked_matchers(alertname, matchers)? {
@@ -727,7 +728,7 @@ mod tests {
         .expect("query");
         assert_eq!(
             q,
-            r#"ALERTS{alertname="Machine\"Stuck",alertstate="firing",name="m\\1",namespace="ns"}"#
+            r#"ALERTS{alertname="Machine\"Stuck",alertstate=~"firing|pending",name="m\\1",namespace="ns"}"#
         );
         let f = am_filters("X", &m(&[("alertname", "X"), ("a", "1\n")])).expect("filters");
         assert_eq!(f, vec![r#"alertname="X""#, r#"a="1\n""#]);

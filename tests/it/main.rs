@@ -1,8 +1,12 @@
 //! Integration tests against a real kube-apiserver + etcd (`testenv/`), one
 //! test binary so the cluster is started once and every helper is used.
 
+mod alert_loop;
 mod kube_watch;
 mod rbac;
 mod remediate;
+mod signals_verify;
+mod signals_webhook;
 mod support;
 mod throttle;
+mod watch_restart;

@@ -3,6 +3,9 @@
 //! to run the real `remedy` binary against it.
 
 pub mod objects;
+pub mod procs;
+
+pub use procs::free_port;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -169,13 +172,6 @@ where
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 /// The real `remedy` binary, running `serve` with a config written to a

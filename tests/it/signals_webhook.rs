@@ -1,12 +1,10 @@
 //! The Alertmanager webhook over real HTTP: the router served on a loopback
 //! port, driven by reqwest and by a real Alertmanager 0.25.
 
-mod signals_support;
-
+use crate::support::procs::{push_alerts, start_alertmanager};
 use remedy::metrics::Metrics;
 use remedy::signals::{AlertEvent, AlertStatus, Dedupe, WebhookState, router};
 use serde_json::json;
-use signals_support::{push_alerts, start_alertmanager};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -2,19 +2,18 @@
 //! The only mock is a tiny TCP stub for the two answers the real servers
 //! never give: malformed JSON and an answer slower than the timeout.
 
-mod signals_support;
-
+use crate::support::procs::{
+    Proc, free_port, push_alerts, start_alertmanager, start_prometheus_at,
+};
 use remedy::config::SignalsConfig;
 use remedy::metrics::Metrics;
 use remedy::signals::{SignalError, Verifier};
 use serde_json::json;
-use signals_support::{Proc, free_port, push_alerts, require_binary, spawn, start_alertmanager};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const PROMETHEUS_BIN: &str = "/usr/bin/prometheus";
 /// Quote, backslash and newline: everything that needs escaping in PromQL
 /// and Alertmanager matchers, as a real label value.
 const TRICKY: &str = "q\"uote back\\slash\nnew line";
@@ -36,28 +35,9 @@ groups:
 "#;
 
 async fn start_prometheus() -> Proc {
-    require_binary(PROMETHEUS_BIN, "prometheus");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rules = dir.path().join("rules.yml");
-    std::fs::write(&rules, RULES).expect("rules");
-    let cfg = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "global:\n  evaluation_interval: 1s\n  external_labels:\n    cluster: test-cluster\n\
-             rule_files:\n  - {}\n",
-            rules.display()
-        ),
-    )
-    .expect("config");
-    let port = free_port();
-    let args = vec![
-        format!("--config.file={}", cfg.display()),
-        format!("--storage.tsdb.path={}", dir.path().join("data").display()),
-        format!("--web.listen-address=127.0.0.1:{port}"),
-    ];
-    let mut p = spawn("prometheus", PROMETHEUS_BIN, port, dir, &args);
-    p.wait_ready().await;
+    let config = "global:\n  evaluation_interval: 1s\n  external_labels:\n    cluster: test-cluster\n\
+                  rule_files:\n  - {dir}/rules.yml\n";
+    let p = start_prometheus_at(free_port(), config, &[("rules.yml", RULES)]).await;
     wait_firing(&p.base, "TestAlwaysFiring").await;
     p
 }

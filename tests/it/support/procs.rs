@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub const ALERTMANAGER_BIN: &str = "/usr/bin/prometheus-alertmanager";
+pub const PROMETHEUS_BIN: &str = "/usr/bin/prometheus";
 
 /// Fails (never skips) when a binary is missing: a skipped test would hide
 /// that nothing was verified against the real thing.
@@ -121,11 +122,16 @@ pub fn spawn(
 /// Real Alertmanager 0.25 with `config` (YAML), clustering off so parallel
 /// tests do not gossip with each other.
 pub async fn start_alertmanager(config: &str) -> Proc {
+    start_alertmanager_at(free_port(), config).await
+}
+
+/// As [`start_alertmanager`], on a port chosen beforehand (when the port must
+/// be written into another component's config first).
+pub async fn start_alertmanager_at(port: u16, config: &str) -> Proc {
     require_binary(ALERTMANAGER_BIN, "prometheus-alertmanager");
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("alertmanager.yml");
     std::fs::write(&cfg, config).expect("write config");
-    let port = free_port();
     let args = vec![
         format!("--config.file={}", cfg.display()),
         format!("--storage.path={}", dir.path().join("data").display()),
@@ -134,6 +140,27 @@ pub async fn start_alertmanager(config: &str) -> Proc {
         "--log.level=debug".to_string(),
     ];
     let mut p = spawn("alertmanager", ALERTMANAGER_BIN, port, dir, &args);
+    p.wait_ready().await;
+    p
+}
+
+/// Real Prometheus 2.42 with `config` (YAML); `files` are written beside it
+/// first and `{dir}` in the config is replaced by their folder.
+pub async fn start_prometheus_at(port: u16, config: &str, files: &[(&str, &str)]) -> Proc {
+    require_binary(PROMETHEUS_BIN, "prometheus");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).expect("write file");
+    }
+    let cfg = dir.path().join("prometheus.yml");
+    let config = config.replace("{dir}", &dir.path().display().to_string());
+    std::fs::write(&cfg, config).expect("write config");
+    let args = vec![
+        format!("--config.file={}", cfg.display()),
+        format!("--storage.tsdb.path={}", dir.path().join("data").display()),
+        format!("--web.listen-address=127.0.0.1:{port}"),
+    ];
+    let mut p = spawn("prometheus", PROMETHEUS_BIN, port, dir, &args);
     p.wait_ready().await;
     p
 }
