@@ -17,7 +17,7 @@ use crate::signals::{AlertEvent, AlertStatus};
 use crate::store::Store;
 use crate::view::{PauseState, ResourceKey};
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ const MAX_EPISODES: usize = 1000;
 const EPISODE_TTL: Duration = Duration::from_secs(3600);
 const WORKERS: usize = 4;
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Episode {
     pub alertname: String,
     pub matchers: BTreeMap<String, String>,
@@ -45,7 +45,7 @@ pub struct Episode {
     pub last_error: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct StatusReport {
     pub leader: bool,
     pub dry_run: bool,

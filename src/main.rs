@@ -28,6 +28,24 @@ enum Command {
     CheckConfig { file: PathBuf },
     /// Print the built-in profiles as YAML.
     Profiles,
+    /// Show what a running remedy holds, waits for and plans.
+    Status {
+        #[arg(long, default_value = "http://127.0.0.1:8080", env = "REMEDY_URL")]
+        url: String,
+    },
+    /// Remediate one resource by hand (NAMESPACE/KIND/NAME) with the same
+    /// guards as the daemon.
+    Clear {
+        target: String,
+        #[arg(long, env = "REMEDY_CONFIG")]
+        config: PathBuf,
+        /// Report the plan without writing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Refuse unless this alert is verified cleared in Prometheus/Alertmanager.
+        #[arg(long)]
+        require_cleared: Option<String>,
+    },
     /// Compare retry policies through a simulated cloud outage.
     Simulate(remedy::sim::SimArgs),
 }
@@ -42,6 +60,30 @@ fn init_tracing(format: &str) {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+/// Runs one CLI future on a fresh runtime and prints its result.
+fn run_async<F>(f: F) -> ExitCode
+where
+    F: std::future::Future<Output = Result<String, remedy::cli::CliError>>,
+{
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(f) {
+        Ok(s) => {
+            println!("{}", s.trim_end());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -80,6 +122,21 @@ fn main() -> ExitCode {
                 }
                 ExitCode::SUCCESS
             }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Status { url } => run_async(remedy::cli::status(&url)),
+        Command::Clear {
+            target,
+            config,
+            dry_run,
+            require_cleared,
+        } => match Config::load(&config) {
+            Ok(v) => run_async(async move {
+                remedy::cli::clear(&v, &target, dry_run, require_cleared.as_deref()).await
+            }),
             Err(e) => {
                 eprintln!("error: {e}");
                 ExitCode::from(2)

@@ -2,6 +2,7 @@
 //! test binary so the cluster is started once and every helper is used.
 
 mod alert_loop;
+mod cli;
 mod kube_watch;
 mod rbac;
 mod remediate;

@@ -21,10 +21,16 @@ async fn metrics_follow_changes_across_an_apiserver_restart() {
 
     let remedy = Remedy::serve(
         &cluster,
-        &format!("namespaces: [{ns}]\nprofiles: [bottlerocket-shadow]\ntick: 1s\nleader_election: {{enabled: false}}\n"),
+        &format!(
+            "namespaces: [{ns}]\nprofiles: [bottlerocket-shadow]\ntick: 1s\nleader_election: {{enabled: false}}\n"
+        ),
     );
     remedy.wait_ready().await;
-    let series = |n: &str| format!(r#"remedy_resource_crash_count{{namespace="{ns}",kind="BottlerocketShadow",name="{n}"}}"#);
+    let series = |n: &str| {
+        format!(
+            r#"remedy_resource_crash_count{{namespace="{ns}",kind="BottlerocketShadow",name="{n}"}}"#
+        )
+    };
     let value = |n: String| {
         let remedy = &remedy;
         async move {
@@ -48,16 +54,23 @@ async fn metrics_follow_changes_across_an_apiserver_restart() {
     create_with_status(&client, second, &ns).await;
     drop(api);
 
-    eventually(Duration::from_secs(60), "changes after restart reach metrics", || async {
-        let a = value(series(&name)).await;
-        let b = value(series("brs-after-restart")).await;
-        (a == Some(6.0) && b == Some(1.0)).then_some(())
-    })
+    eventually(
+        Duration::from_secs(60),
+        "changes after restart reach metrics",
+        || async {
+            let a = value(series(&name)).await;
+            let b = value(series("brs-after-restart")).await;
+            (a == Some(6.0) && b == Some(1.0)).then_some(())
+        },
+    )
     .await;
     let (code, _) = remedy.get("/readyz").await.expect("readyz");
     assert_eq!(code, 200, "{}", remedy.log_tail());
     let (_, text) = remedy.get("/metrics").await.expect("metrics");
-    let inits = crate::support::sample(&text, r#"remedy_watch_events_total{kind="BottlerocketShadow",type="init_done"}"#);
+    let inits = crate::support::sample(
+        &text,
+        r#"remedy_watch_events_total{kind="BottlerocketShadow",type="init_done"}"#,
+    );
     assert!(inits.is_some_and(|n| n >= 1.0), "{text}");
     assert!(cluster.dir.join("restarted").exists());
 }

@@ -1,0 +1,101 @@
+//! `remedy status` and `remedy clear` as an operator runs them: the real
+//! binary against a running remedy and the real apiserver.
+
+use crate::support::objects::{api_for, create_with_status, sample};
+use crate::support::{Remedy, TestCluster, namespace};
+use remedy::profile::CAPI_PAUSED;
+use std::process::Command;
+
+fn remedy_cli(cluster: &TestCluster, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_remedy"))
+        .args(args)
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .output()
+        .expect("run remedy");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_manual_clear_with_the_daemons_guards() {
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "cli").await;
+    let failed = create_with_status(&client, sample("capz-azuremachine-failed.yaml"), &ns).await;
+    let name = failed.metadata.name.clone().unwrap_or_default();
+    let api = api_for(&client, &failed, &ns);
+    let mut paused = sample("capz-azuremachine-failed.yaml");
+    paused.metadata.name = Some("human-paused".into());
+    paused.metadata.annotations = Some([(CAPI_PAUSED.to_string(), "".to_string())].into());
+    create_with_status(&client, paused, &ns).await;
+
+    let cfg_yaml = format!(
+        "namespaces: [{ns}]\nprofiles: [azure-machine]\ntick: 500ms\nleader_election: {{enabled: false}}\n"
+    );
+    let remedy = Remedy::serve(cluster, &cfg_yaml);
+    remedy.wait_ready().await;
+    let (ok, out) = remedy_cli(cluster, &["status", "--url", &remedy.url]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("leader: true") && out.contains("breaker: closed") && out.contains("held (0)"),
+        "{out}"
+    );
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(&cfg, &cfg_yaml).expect("config");
+    let cfg = cfg.to_str().expect("utf-8 path");
+    let target = format!("{ns}/AzureMachine/{name}");
+
+    let (ok, out) = remedy_cli(cluster, &["clear", &target, "--config", cfg, "--dry-run"]);
+    assert!(ok && out.contains("would do [ClearFailure]"), "{out}");
+    assert!(
+        api.get(&name).await.unwrap().data["status"]
+            .get("failureReason")
+            .is_some()
+    );
+
+    let (ok, out) = remedy_cli(cluster, &["clear", &target, "--config", cfg]);
+    assert!(ok && out.contains("did [ClearFailure]"), "{out}");
+    assert!(
+        api.get(&name).await.unwrap().data["status"]
+            .get("failureReason")
+            .is_none()
+    );
+
+    let (ok, out) = remedy_cli(
+        cluster,
+        &[
+            "clear",
+            &format!("{ns}/AzureMachine/human-paused"),
+            "--config",
+            cfg,
+        ],
+    );
+    assert!(ok && out.contains("paused by someone else"), "{out}");
+    assert!(
+        api.get("human-paused").await.unwrap().data["status"]
+            .get("failureReason")
+            .is_some()
+    );
+
+    let (ok, out) = remedy_cli(cluster, &["clear", "not-a-target", "--config", cfg]);
+    assert!(!ok && out.contains("NAMESPACE/KIND/NAME"), "{out}");
+    // Without Prometheus configured, --require-cleared refuses: no proof, no action.
+    let (ok, out) = remedy_cli(
+        cluster,
+        &[
+            "clear",
+            &target,
+            "--config",
+            cfg,
+            "--require-cleared",
+            "CloudAPIDegraded",
+        ],
+    );
+    assert!(!ok, "{out}");
+}
