@@ -4,6 +4,7 @@
 mod alert_loop;
 mod cli;
 mod kube_watch;
+mod leader;
 mod rbac;
 mod remediate;
 mod signals_verify;
