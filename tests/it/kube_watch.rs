@@ -143,3 +143,56 @@ async fn readyz_waits_for_initial_lists() {
     let (code, _) = remedy.get("/healthz").await.expect("healthz");
     assert_eq!(code, 200);
 }
+
+#[tokio::test]
+async fn mistyped_fields_are_unclassifiable_and_never_touched() {
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "mistyped").await;
+    let mut brs = sample("brupop-bottlerocketshadow-crashed.yaml");
+    brs.data["status"]["crash_count"] = serde_json::json!("three");
+    let created = create_with_status(&client, brs, &ns).await;
+    let mut osm = sample("capo-openstackmachine-error.yaml");
+    osm.data["status"]["failureMessage"] = serde_json::json!({"nested": "503 Service Unavailable"});
+    create_with_status(&client, osm, &ns).await;
+    // The breaker would hold everything failing here: it must not see these.
+    let remedy = Remedy::serve(
+        cluster,
+        &format!(
+            "{}profiles: [bottlerocket-shadow, openstack-machine]\nbreaker: {{open_ratio: 0.1, close_ratio: 0.05, min_resources: 1}}\n",
+            config(&ns)
+        ),
+    );
+    remedy.wait_ready().await;
+    eventually(
+        Duration::from_secs(20),
+        "unclassifiable counted",
+        || async {
+            let (_, t) = remedy.get("/metrics").await?;
+            let v = |s: &str| crate::support::sample(&t, s);
+            (v(r#"remedy_resources{kind="BottlerocketShadow",state="unclassifiable"}"#)
+                == Some(1.0)
+                && v(r#"remedy_resources{kind="OpenStackMachine",state="unclassifiable"}"#)
+                    == Some(1.0))
+            .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let api = api_for(&client, &created, &ns);
+    let after = api
+        .get(created.metadata.name.as_deref().unwrap_or_default())
+        .await
+        .unwrap();
+    assert_eq!(
+        after.metadata.resource_version, created.metadata.resource_version,
+        "never written"
+    );
+    let (_, t) = remedy.get("/metrics").await.expect("metrics");
+    assert_eq!(
+        crate::support::sample(&t, r#"remedy_outage_breaker_open{scope="cluster"}"#),
+        Some(0.0),
+        "{t}"
+    );
+    assert!(!t.contains("remedy_actions_total{"), "{t}");
+}
