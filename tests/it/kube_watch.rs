@@ -196,3 +196,33 @@ async fn mistyped_fields_are_unclassifiable_and_never_touched() {
     );
     assert!(!t.contains("remedy_actions_total{"), "{t}");
 }
+
+#[tokio::test]
+async fn prometheus_down_is_visible_in_readiness_and_metrics() {
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "promdown").await;
+    // Nothing listens on this port: every query fails, fail-safe.
+    let dead = crate::support::free_port();
+    let remedy = Remedy::serve(
+        cluster,
+        &format!(
+            "{}profiles: [capi-machine]\nsignals: {{prometheus_url: 'http://127.0.0.1:{dead}', timeout: 1s}}\n\
+             breaker: {{query: 'max(remedy_transient_error_ratio)'}}\n",
+            config(&ns)
+        ),
+    );
+    remedy.wait_ready().await;
+    let body = eventually(Duration::from_secs(20), "degraded readiness", || async {
+        let (code, body) = remedy.get("/readyz").await?;
+        (code == 200 && body.contains("degraded: prometheus")).then_some(body)
+    })
+    .await;
+    assert!(body.contains("unreachable"), "{body}");
+    let (_, t) = remedy.get("/metrics").await.expect("metrics");
+    let errors = crate::support::sample(
+        &t,
+        r#"remedy_signal_queries_total{target="prometheus",result="error"}"#,
+    );
+    assert!(errors.is_some_and(|n| n >= 1.0), "{t}");
+}
