@@ -195,35 +195,16 @@ async fn firing_holds_resolved_is_verified_then_remediated() {
 
     let (_, text) = remedy.get("/metrics").await.expect("metrics");
     let v = |s: &str| crate::support::sample(&text, s).unwrap_or(0.0);
-    assert_eq!(
-        v(r#"remedy_actions_total{action="hold",result="success"}"#),
-        4.0,
-        "{text}"
-    );
-    assert_eq!(
-        v(r#"remedy_actions_total{action="clear_failure",result="success"}"#),
-        4.0,
-        "{text}"
-    );
-    assert_eq!(
-        v(r#"remedy_actions_total{action="unpause",result="success"}"#),
-        4.0,
-        "{text}"
-    );
-    assert!(
-        v(r#"remedy_webhook_notifications_total{status="firing",result="accepted"}"#) >= 1.0,
-        "{text}"
-    );
-    assert!(
-        v(r#"remedy_webhook_notifications_total{status="resolved",result="accepted"}"#) >= 1.0,
-        "{text}"
-    );
-    assert!(
-        v(r#"remedy_signal_queries_total{target="prometheus",result="ok"}"#) >= 1.0,
-        "{text}"
-    );
-    assert!(
-        v(r#"remedy_signal_queries_total{target="alertmanager",result="ok"}"#) >= 1.0,
-        "{text}"
-    );
+    for action in ["hold", "clear_failure", "unpause"] {
+        let series = format!(r#"remedy_actions_total{{action="{action}",result="success"}}"#);
+        assert_eq!(v(&series), 4.0, "{series}\n{text}");
+    }
+    for series in [
+        r#"remedy_webhook_notifications_total{status="firing",result="accepted"}"#,
+        r#"remedy_webhook_notifications_total{status="resolved",result="accepted"}"#,
+        r#"remedy_signal_queries_total{target="prometheus",result="ok"}"#,
+        r#"remedy_signal_queries_total{target="alertmanager",result="ok"}"#,
+    ] {
+        assert!(v(series) >= 1.0, "{series}\n{text}");
+    }
 }

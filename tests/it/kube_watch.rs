@@ -49,22 +49,15 @@ async fn real_objects_become_metrics_and_deletes_remove_series() {
     assert_eq!(v(&crash), Some(3.0));
     // brupop model: 2^3 minutes.
     assert_eq!(v(&delay), Some(480.0));
-    assert_eq!(
-        v(r#"remedy_resources{kind="OpenStackMachine",state="terminal"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        v(r#"remedy_resources{kind="AWSMachine",state="terminal"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        v(r#"remedy_resources{kind="AzureMachine",state="transient"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        v(r#"remedy_resources{kind="BottlerocketShadow",state="transient"}"#),
-        Some(1.0)
-    );
+    for (kind, state) in [
+        ("OpenStackMachine", "terminal"),
+        ("AWSMachine", "terminal"),
+        ("AzureMachine", "transient"),
+        ("BottlerocketShadow", "transient"),
+    ] {
+        let series = format!(r#"remedy_resources{{kind="{kind}",state="{state}"}}"#);
+        assert_eq!(v(&series), Some(1.0), "{series}");
+    }
     let machines: f64 = ["healthy", "transient", "terminal", "held", "unclassifiable"]
         .iter()
         .filter_map(|s| {
