@@ -622,3 +622,173 @@ impl Engine {
 fn trace_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::{Classifier, default_rules};
+    use crate::config::Selector;
+    use crate::profile::{CAPI_PAUSED, builtin};
+    use crate::remediate::execute::WriteLimiter;
+    use kube::api::DynamicObject;
+    use serde_json::json;
+
+    /// An engine whose executor is never driven (no workers run), so the
+    /// tests see exactly what the tick decides. The client points nowhere.
+    fn engine(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
+        let metrics = Arc::new(Metrics::new(100));
+        let store = Arc::new(Store::new(
+            vec![builtin("openstack-machine").unwrap()],
+            Classifier::new(&default_rules()).unwrap(),
+            cfg.backoff.clone(),
+            metrics.clone(),
+        ));
+        let kc = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(kc).unwrap();
+        let lead = Leadership::fixed(leader);
+        let ex = Arc::new(Executor::new(
+            client,
+            metrics,
+            Arc::new(WriteLimiter::new(10.0, 10)),
+            lead.clone(),
+            false,
+        ));
+        (Engine::new(cfg, store.clone(), ex, None, lead), store)
+    }
+
+    fn osm(name: &str, failing: bool, annotations: serde_json::Value) -> DynamicObject {
+        let status = if failing {
+            json!({"instanceState": "BUILD", "failureReason": "CreateError", "failureMessage": "got 503 instead"})
+        } else {
+            json!({"instanceState": "ACTIVE"})
+        };
+        serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackMachine",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1", "annotations": annotations},
+            "status": status
+        }))
+        .unwrap()
+    }
+
+    fn pending(e: &Engine) -> Vec<(String, &'static str)> {
+        let g = e.pending.goals.lock().unwrap();
+        g.0.iter()
+            .map(|(k, goal)| (k.name.to_string(), goal.label()))
+            .collect()
+    }
+
+    fn alert(status: AlertStatus) -> AlertEvent {
+        AlertEvent {
+            fingerprint: "f1".into(),
+            alertname: "CloudAPIDegraded".into(),
+            status,
+            labels: [("kind".to_string(), "OpenStackMachine".to_string())].into(),
+            starts_at: Utc::now(),
+            ends_at: None,
+            group_key: "g".into(),
+            received_at: Utc::now(),
+        }
+    }
+
+    fn cfg() -> Config {
+        let mut c = Config::default();
+        c.breaker.min_resources = 2;
+        c.alerts = vec![AlertRule {
+            alertname: "CloudAPIDegraded".into(),
+            select: Selector {
+                kind_label: Some("kind".into()),
+                ..Selector::default()
+            },
+            verify_query: None,
+        }];
+        c
+    }
+
+    #[tokio::test]
+    async fn breaker_holds_failing_but_never_foreign_paused_or_healthy() {
+        let (e, store) = engine(&cfg(), true);
+        store.apply(0, &osm("a", true, json!({})));
+        store.apply(0, &osm("b", true, json!({})));
+        store.apply(0, &osm("c", false, json!({})));
+        store.apply(0, &osm("d", true, json!({CAPI_PAUSED: ""})));
+        e.tick().await; // opens the breaker
+        e.tick().await; // holds with the breaker open
+        assert!(e.report().breaker_open);
+        assert_eq!(
+            pending(&e),
+            vec![("a".into(), "hold"), ("b".into(), "hold")]
+        );
+        // Planned once: the next tick does not queue the same goal again.
+        e.tick().await;
+        assert_eq!(pending(&e).len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_follower_decides_nothing() {
+        let (e, store) = engine(&cfg(), false);
+        store.apply(0, &osm("a", true, json!({})));
+        store.apply(0, &osm("b", true, json!({})));
+        e.tick().await;
+        e.tick().await;
+        assert!(e.report().breaker_open, "followers still track the breaker");
+        assert!(pending(&e).is_empty());
+        assert!(!e.report().leader);
+    }
+
+    #[tokio::test]
+    async fn firing_alert_holds_its_scope_and_resolved_without_proof_does_nothing() {
+        let mut c = cfg();
+        c.breaker.min_resources = 1000; // only the alert acts
+        c.signals.settle = Duration::ZERO;
+        let (e, store) = engine(&c, true);
+        store.apply(0, &osm("a", true, json!({})));
+        e.handle(&alert(AlertStatus::Firing));
+        e.tick().await;
+        assert_eq!(pending(&e), vec![("a".into(), "hold")]);
+        // Simulate the hold landing.
+        e.pending.take();
+        e.pending
+            .finish(&ResourceKey::new("OpenStackMachine", "ns", "a"));
+        let record = serde_json::to_string(&HoldRecord {
+            since: Utc::now(),
+            reason: "alert:CloudAPIDegraded".into(),
+            crash_count: 1,
+        })
+        .unwrap();
+        let mut held = osm(
+            "a",
+            true,
+            json!({CAPI_PAUSED: crate::profile::PAUSE_MARKER, crate::profile::HOLD_ANNOTATION: record}),
+        );
+        held.metadata.resource_version = Some("2".into());
+        store.apply(0, &held);
+        e.handle(&alert(AlertStatus::Resolved));
+        for _ in 0..3 {
+            e.tick().await;
+        }
+        // No verifier configured: no proof, so no remediation, and it says why.
+        assert!(pending(&e).is_empty());
+        let report = e.report();
+        assert_eq!(report.held, vec!["ns/OpenStackMachine/a"]);
+        assert!(
+            e.problems().iter().any(|p| p.contains("cannot verify")),
+            "{:?}",
+            e.problems()
+        );
+        assert_eq!(report.waiting.get("ns/OpenStackMachine/a"), None);
+    }
+
+    #[test]
+    fn pending_never_holds_two_goals_for_one_resource() {
+        let p = Pending::default();
+        let k = ResourceKey::new("K", "ns", "a");
+        assert!(p.offer(k.clone(), Goal::Release));
+        assert!(!p.offer(k.clone(), Goal::Remediate), "queued");
+        let (taken, _) = p.take().unwrap();
+        assert!(!p.offer(k.clone(), Goal::Remediate), "running");
+        p.finish(&taken);
+        assert!(p.offer(k.clone(), Goal::Remediate));
+        assert_eq!(p.cancel(|_, g| *g == Goal::Remediate), 1);
+        assert_eq!(p.len(), 0);
+    }
+}
