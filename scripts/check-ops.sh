@@ -89,9 +89,9 @@ PY
 check "amtool check-config deploy/alertmanager/alertmanager.yml" \
   "$AMTOOL" check-config deploy/alertmanager/alertmanager.yml
 # The outage alert must reach remedy and humans; everything else only humans.
-check "alertmanager routes RemedyTransientErrorRatioHigh to remedy,default" \
+check "alertmanager routes CloudAPIDegraded to remedy,default" \
   "$AMTOOL" config routes test --config.file=deploy/alertmanager/alertmanager.yml \
-  --verify.receivers=remedy,default alertname=RemedyTransientErrorRatioHigh kind=OpenStackMachine
+  --verify.receivers=remedy,default alertname=CloudAPIDegraded kind=OpenStackMachine
 check "alertmanager routes other alerts to default only" \
   "$AMTOOL" config routes test --config.file=deploy/alertmanager/alertmanager.yml \
   --verify.receivers=default alertname=RemedyDown

@@ -9,9 +9,10 @@ use crate::remediate::execute::{Executor, WriteLimiter};
 use crate::server::{self, Http, Readiness};
 use crate::signals::SignalError;
 use crate::signals::dedupe::Dedupe;
-use crate::signals::verify::Verifier;
+use crate::signals::verify::{SignalHealth, Verifier};
 use crate::signals::webhook::{self, WebhookState};
 use crate::store::Store;
+use crate::tls::{self, TlsError};
 use crate::watch;
 use axum::Json;
 use axum::routing::get;
@@ -32,6 +33,8 @@ pub enum ServeError {
     },
     #[error("HTTP server failed: {0}")]
     Http(#[source] std::io::Error),
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
     #[error("signals: {0}")]
     Signals(#[from] SignalError),
     #[error("leader election: {0}")]
@@ -44,6 +47,7 @@ impl ServeError {
             Self::Kube(_) => "kube",
             Self::Listen { .. } => "listen",
             Self::Http(_) => "http",
+            Self::Tls(e) => e.label(),
             Self::Signals(e) => e.label(),
             Self::Leader(e) => e.label(),
         }
@@ -52,30 +56,42 @@ impl ServeError {
 
 /// Ready once every watch stream has completed its initial list.
 /// Verification problems do not make remedy unready (it must keep taking
-/// webhooks); they are listed at /status and in metrics.
+/// webhooks); they are reported as degraded notes, at /status and in metrics.
 struct WatchReadiness {
     store: Arc<Store>,
     streams: Vec<String>,
+    engine: Arc<Engine>,
+    signals: Option<Arc<SignalHealth>>,
 }
 
 impl Readiness for WatchReadiness {
-    fn check(&self) -> Result<(), Vec<String>> {
+    fn check(&self) -> Result<Vec<String>, Vec<String>> {
         let missing: Vec<String> = self
             .streams
             .iter()
             .filter(|s| !self.store.is_synced(s))
             .map(|s| format!("watch {s}: initial list not synced yet"))
             .collect();
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(missing)
+        if !missing.is_empty() {
+            return Err(missing);
         }
+        let mut notes = self.engine.problems();
+        for (target, err) in self.signals.iter().flat_map(|h| h.status()) {
+            if let Some(err) = err {
+                notes.push(format!(
+                    "{target}: last query failed ({err}); no remediation until it answers"
+                ));
+            }
+        }
+        Ok(notes)
     }
 }
 
 pub async fn serve(v: Validated) -> Result<(), ServeError> {
     let cfg = v.config;
+    // First: a bad certificate or key stops startup with the reason, before
+    // anything connects or listens.
+    let tls_config = cfg.tls.as_ref().map(tls::load).transpose()?;
     let metrics = Arc::new(Metrics::new(cfg.max_resource_series));
     let store = Arc::new(Store::new(
         v.profiles.clone(),
@@ -90,6 +106,7 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         Some(_) => Some(Arc::new(Verifier::new(&cfg.signals, metrics.clone())?)),
         None => None,
     };
+    let signal_health = verifier.as_ref().map(|v| v.health());
     let (tx, rx) = tokio::sync::mpsc::channel(cfg.webhook.queue);
     let webhook_router = match cfg.webhook.token_file {
         Some(_) => Some(webhook::router(WebhookState::from_config(
@@ -116,7 +133,12 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
             addr: cfg.listen,
             source,
         })?;
-    tracing::info!(addr = %cfg.listen, dry_run = cfg.dry_run, "listening");
+    tracing::info!(
+        addr = %cfg.listen,
+        tls = tls_config.is_some(),
+        dry_run = cfg.dry_run,
+        "listening"
+    );
 
     for (i, _) in v.profiles.iter().enumerate() {
         if cfg.namespaces.is_empty() {
@@ -157,6 +179,19 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     let readiness = Arc::new(WatchReadiness {
         store: store.clone(),
         streams: watch::stream_ids(&v.profiles, &cfg.namespaces),
+        engine: engine.clone(),
+        signals: signal_health,
+    });
+    // Keep remedy_ready current without depending on a probe calling /readyz.
+    tokio::spawn({
+        let (readiness, metrics, tick) = (readiness.clone(), metrics.clone(), cfg.tick);
+        async move {
+            let mut every = tokio::time::interval(tick);
+            loop {
+                every.tick().await;
+                metrics.ready.set(i64::from(readiness.check().is_ok()));
+            }
+        }
     });
     let status_engine = engine.clone();
     let mut app = server::router(Http { metrics, readiness }).route(
@@ -169,10 +204,16 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     if let Some(w) = webhook_router {
         app = app.merge(w);
     }
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown())
-        .await
-        .map_err(ServeError::Http)
+    match tls_config {
+        Some(c) => {
+            tls::serve(listener, c, app, shutdown()).await;
+            Ok(())
+        }
+        None => axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown())
+            .await
+            .map_err(ServeError::Http),
+    }
 }
 
 async fn shutdown() {

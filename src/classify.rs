@@ -139,6 +139,13 @@ pub fn default_rules() -> Vec<RuleSpec> {
             Transient,
             r"(?i)connection (refused|reset)|no route to host|\bEOF\b|broken pipe|tls handshake|dial tcp|no such host|temporar",
         ),
+        // The provider saw the instance itself broken (CAPO/CAPA copy this
+        // into the Machine's failureMessage): terminal for that resource.
+        r(
+            "instance_error",
+            Terminal,
+            r#"(?i)InstanceStateError|instance state "?(error|terminated)"? is unexpected"#,
+        ),
         r(
             "not_found",
             NotFound,
@@ -336,6 +343,21 @@ mod tests {
                 not_found: true
             }
         );
+    }
+
+    #[test]
+    fn a_machine_whose_instance_broke_is_terminal() {
+        let p = builtin("capi-machine").unwrap();
+        let msg = "Failure detected from referenced resource infrastructure.cluster.x-k8s.io/v1beta2, Kind=AWSMachine with name \"m\": EC2 instance state \"terminated\" is unexpected";
+        assert!(matches!(
+            classifier().classify(&p, &failing("UpdateError", msg)),
+            Verdict::Terminal { ref reason, not_found: false } if reason == "instance_error"
+        ));
+        let capo = "OpenStack instance state \"ERROR\" is unexpected";
+        assert!(matches!(
+            classifier().classify(&p, &failing("UpdateError", capo)),
+            Verdict::Terminal { .. }
+        ));
     }
 
     #[test]

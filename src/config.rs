@@ -128,6 +128,17 @@ impl Default for WebhookConfig {
     }
 }
 
+/// Serve the listener (webhook, metrics, probes) over HTTPS. The files are
+/// read at start, so a bad certificate fails startup, not the first request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SignalsConfig {
@@ -227,6 +238,9 @@ impl Default for ClassificationConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// HTTPS for the listener; plain HTTP when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
     pub dry_run: bool,
     pub profiles: Vec<ProfileRef>,
     /// Namespaces to watch; empty means all.
@@ -250,6 +264,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            tls: None,
             dry_run: false,
             profiles: profile::builtins()
                 .into_iter()
@@ -341,6 +356,16 @@ impl Config {
                 "webhook.max_body_bytes",
                 "must be at least 1024",
             ));
+        }
+        if let Some(t) = &self.tls {
+            for (field, path) in [
+                ("tls.cert_file", &t.cert_file),
+                ("tls.key_file", &t.key_file),
+            ] {
+                if path.as_os_str().is_empty() {
+                    return Err(ConfigError::invalid(field, "must not be empty"));
+                }
+            }
         }
         if self.webhook.queue == 0 {
             return Err(ConfigError::invalid("webhook.queue", "must be at least 1"));
@@ -482,6 +507,7 @@ alerts:
     select: {kind_label: kind, match_labels: {tier: workers}}
 "#;
         let v = Config::from_yaml(yaml).unwrap().validate().unwrap();
+        assert_eq!(v.config.tls, None, "plain HTTP unless tls is set");
         assert_eq!(v.profiles[1].version, "v1beta2");
         assert_eq!(v.profiles[2].plural(), "virtualmachines");
         assert_eq!(v.config.backoff.cap, Duration::from_secs(3600));
@@ -521,6 +547,13 @@ alerts:
                 "breaker.close_ratio",
             ),
             ("alerts: [{alertname: X}]", "signals.prometheus_url"),
+            ("tls: {cert_file: '', key_file: k.pem}", "`tls.cert_file`"),
+            ("tls: {cert_file: c.pem, key_file: ''}", "`tls.key_file`"),
+            ("tls: {cert_file: c.pem}", "missing field `key_file`"),
+            (
+                "tls: {cert_file: c.pem, key_file: k.pem, ca: x}",
+                "unknown field `ca`",
+            ),
             (
                 "signals: {prometheus_url: 'ftp://x', timeout: 1s, settle: 1s}",
                 "signals.prometheus_url",
@@ -542,6 +575,19 @@ alerts:
             let e = err(yaml).to_string();
             assert!(e.contains(want), "{yaml}: {e} does not mention {want}");
         }
+    }
+
+    #[test]
+    fn tls_section_parses() {
+        let v = Config::from_yaml(
+            "tls: {cert_file: /etc/remedy/tls.crt, key_file: /etc/remedy/tls.key}",
+        )
+        .unwrap()
+        .validate()
+        .unwrap();
+        let t = v.config.tls.expect("tls set");
+        assert_eq!(t.cert_file, PathBuf::from("/etc/remedy/tls.crt"));
+        assert_eq!(t.key_file, PathBuf::from("/etc/remedy/tls.key"));
     }
 
     #[test]

@@ -344,6 +344,7 @@ impl Engine {
         let mut recovered: Vec<Scope> = Vec::new();
         let mut held_keys = Vec::new();
         let mut settling: HashMap<String, i64> = HashMap::new();
+        let mut settling_keys: Vec<String> = Vec::new();
         let breaker_open_before = st.breaker.is_open();
         let planned = &st.planned_at_rv;
         self.store.for_each(|key, e| {
@@ -400,7 +401,7 @@ impl Engine {
                         .map(|s| format!("{ALERT_PREFIX}{}", s.alertname))
                         .unwrap_or_else(|| BREAKER_REASON.to_string());
                     holds.push((key.clone(), reason, crashes.saturating_add(1)));
-                } else if in_verified && transient && !in_firing {
+                } else if in_verified && transient && !in_firing && has_work(profile, &e.view) {
                     goals.insert(key.clone(), Goal::Remediate);
                 }
             } else if !in_firing {
@@ -418,6 +419,7 @@ impl Engine {
                         recovered.push(Scope::recovered(alert, &key.kind));
                     }
                     *settling.entry(key.kind.to_string()).or_insert(0) += 1;
+                    settling_keys.push(key.to_string());
                 } else {
                     goals.insert(key.clone(), Goal::Release);
                 }
@@ -496,6 +498,9 @@ impl Engine {
                     .or_insert(0) += 1;
                 waiting.insert(key.to_string(), why.label().to_string());
             }
+        }
+        for k in settling_keys {
+            waiting.insert(k, "settle".to_string());
         }
         for (kind, n) in settling {
             *waiting_counts.entry((kind, "settle")).or_insert(0) += n;
@@ -616,6 +621,16 @@ impl Engine {
             self.pending.finish(&key);
         }
     }
+}
+
+/// Whether remediation has anything to write for a resource that is not
+/// held: failure fields to clear or a native counter to reset. A failing
+/// condition alone (a controller still quoting the old error) is not worth a
+/// budget token.
+fn has_work(profile: &Profile, view: &crate::view::ResourceView) -> bool {
+    view.has_failure()
+        || (profile.has_native_counter()
+            && (view.crash_count.is_some_and(|n| n > 0) || view.failure_time.is_some()))
 }
 
 /// A short random id that ties the log lines of one goal together.
@@ -775,7 +790,13 @@ mod tests {
             "{:?}",
             e.problems()
         );
-        assert_eq!(report.waiting.get("ns/OpenStackMachine/a"), None);
+        assert_eq!(
+            report
+                .waiting
+                .get("ns/OpenStackMachine/a")
+                .map(String::as_str),
+            Some("settle")
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! reads both the CAPI v1beta1 (`status.failureReason`) and v1beta2
 //! (`status.deprecated.v1beta1.failureReason`) layouts.
 
-use crate::view::{ConditionView, Owner, PauseState, ResourceView};
+use crate::view::{ConditionView, Labels, Owner, PauseState, ResourceView};
 use chrono::{DateTime, Utc};
 use kube::api::DynamicObject;
 use serde::{Deserialize, Serialize};
@@ -205,12 +205,12 @@ impl Profile {
         let mut view = ResourceView {
             uid: meta.uid.as_deref().unwrap_or_default().into(),
             resource_version: meta.resource_version.as_deref().unwrap_or_default().into(),
-            labels: meta
-                .labels
-                .iter()
-                .flatten()
-                .map(|(k, v)| (k.as_str().into(), v.as_str().into()))
-                .collect(),
+            labels: Labels::from_pairs(
+                meta.labels
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            ),
             deleting: meta.deletion_timestamp.is_some(),
             ..ResourceView::default()
         };

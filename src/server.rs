@@ -11,8 +11,10 @@ use std::sync::Arc;
 
 /// Something that can say whether remedy is ready, and why not.
 pub trait Readiness: Send + Sync + 'static {
-    /// `Ok(())` when ready; otherwise the reasons, one per line.
-    fn check(&self) -> Result<(), Vec<String>>;
+    /// `Ok(notes)` when ready (notes name degraded parts, e.g. verification
+    /// failing: remedy stays ready to keep taking webhooks, but says why it
+    /// is not remediating); otherwise the reasons, one per line.
+    fn check(&self) -> Result<Vec<String>, Vec<String>>;
 }
 
 #[derive(Clone)]
@@ -45,19 +47,28 @@ async fn metrics(State(s): State<Http>) -> Response {
 
 async fn readyz(State(s): State<Http>) -> Response {
     match s.readiness.check() {
-        Ok(()) => {
+        Ok(notes) => {
             s.metrics.ready.set(1);
-            (StatusCode::OK, "ready\n").into_response()
+            (StatusCode::OK, listing("ready", "degraded: ", notes)).into_response()
         }
         Err(reasons) => {
             s.metrics.ready.set(0);
-            let mut body = String::from("not ready:\n");
-            for r in reasons {
-                body.push_str("- ");
-                body.push_str(&r);
-                body.push('\n');
-            }
-            (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                listing("not ready:", "", reasons),
+            )
+                .into_response()
         }
     }
+}
+
+fn listing(head: &str, prefix: &str, lines: Vec<String>) -> String {
+    let mut body = format!("{head}\n");
+    for l in lines {
+        body.push_str("- ");
+        body.push_str(prefix);
+        body.push_str(&l);
+        body.push('\n');
+    }
+    body
 }

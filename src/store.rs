@@ -9,7 +9,7 @@ use crate::profile::Profile;
 use crate::view::{PauseState, ResourceKey, ResourceView};
 use kube::api::DynamicObject;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Entry {
@@ -47,6 +47,11 @@ pub struct Store {
     backoff: BackoffPolicy,
     metrics: Arc<Metrics>,
     inner: RwLock<Inner>,
+    /// Kind (per profile) and namespace strings shared by every key, instead
+    /// of two allocations per object. Namespaces are few; the set is not
+    /// pruned.
+    kinds: Vec<Arc<str>>,
+    namespaces: Mutex<HashSet<Arc<str>>>,
 }
 
 impl Store {
@@ -80,6 +85,11 @@ impl Store {
                 .set(0);
         }
         Self {
+            kinds: profiles
+                .iter()
+                .map(|p| Arc::from(p.kind.as_str()))
+                .collect(),
+            namespaces: Mutex::default(),
             profiles,
             classifier,
             backoff,
@@ -101,13 +111,28 @@ impl Store {
     }
 
     pub fn key(&self, profile: usize, obj: &DynamicObject) -> Option<ResourceKey> {
-        let p = self.profiles.get(profile)?;
+        let kind = self.kinds.get(profile)?.clone();
         let name = obj.metadata.name.as_deref()?;
-        Some(ResourceKey::new(
-            &p.kind,
-            obj.metadata.namespace.as_deref().unwrap_or_default(),
-            name,
-        ))
+        let namespace = self.namespace(obj.metadata.namespace.as_deref().unwrap_or_default());
+        Some(ResourceKey {
+            kind,
+            namespace,
+            name: name.into(),
+        })
+    }
+
+    fn namespace(&self, ns: &str) -> Arc<str> {
+        // Set operations cannot panic midway, so a poisoned set is intact.
+        let mut set = self
+            .namespaces
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(a) = set.get(ns) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(ns);
+        set.insert(a.clone());
+        a
     }
 
     /// Projects, classifies and stores an object; returns its key.

@@ -9,6 +9,8 @@ mod rbac;
 mod remediate;
 mod signals_verify;
 mod signals_webhook;
+mod stack;
 mod support;
 mod throttle;
+mod tls;
 mod watch_restart;
