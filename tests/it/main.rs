@@ -3,6 +3,7 @@
 
 mod alert_loop;
 mod cli;
+mod deploy;
 mod kube_watch;
 mod leader;
 mod rbac;
