@@ -20,6 +20,7 @@ pub mod server;
 pub mod signals;
 pub mod sim;
 pub mod store;
+pub mod telemetry;
 pub mod tls;
 pub mod view;
 pub mod watch;

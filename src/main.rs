@@ -50,34 +50,11 @@ enum Command {
     Simulate(remedy::sim::SimArgs),
 }
 
-fn init_tracing(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour only on a terminal: log files and collectors get plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
-
-/// Runs one CLI future on a fresh runtime and prints its result.
-fn run_async<F>(f: F) -> ExitCode
+/// Runs one CLI future and prints its result.
+fn run_async<F>(rt: &tokio::runtime::Runtime, f: F) -> ExitCode
 where
     F: std::future::Future<Output = Result<String, remedy::cli::CliError>>,
 {
-    let rt = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     match rt.block_on(f) {
         Ok(s) => {
             println!("{}", s.trim_end());
@@ -92,7 +69,22 @@ where
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(&cli.log_format);
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Inside the runtime: the OTLP exporter (feature `otlp`) binds to it.
+    let telemetry = {
+        let _in_runtime = rt.enter();
+        remedy::telemetry::init(cli.log_format == "json")
+    };
+    if let Err(e) = telemetry {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     match cli.command {
         Command::Serve { config } => {
             let v = match Config::load(&config) {
@@ -100,13 +92,6 @@ fn main() -> ExitCode {
                 Err(e) => {
                     eprintln!("error: {e}");
                     return ExitCode::from(2);
-                }
-            };
-            let rt = match tokio::runtime::Runtime::new() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start runtime: {e}");
-                    return ExitCode::FAILURE;
                 }
             };
             match rt.block_on(remedy::app::serve(v)) {
@@ -130,14 +115,14 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Status { url } => run_async(remedy::cli::status(&url)),
+        Command::Status { url } => run_async(&rt, remedy::cli::status(&url)),
         Command::Clear {
             target,
             config,
             dry_run,
             require_cleared,
         } => match Config::load(&config) {
-            Ok(v) => run_async(async move {
+            Ok(v) => run_async(&rt, async move {
                 remedy::cli::clear(&v, &target, dry_run, require_cleared.as_deref()).await
             }),
             Err(e) => {
