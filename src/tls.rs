@@ -145,6 +145,11 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // Responses leave as several TLS records; without this, Nagle holds
+        // the last one until the client's delayed ACK (40 ms).
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
+        }
         let acceptor = acceptor.clone();
         let service = TowerToHyperService::new(app.clone());
         let watcher = graceful.watcher();

@@ -1,0 +1,745 @@
+//! `cargo bench --bench load`: the figures docs/reliability.md reports.
+//!
+//! 1. Webhook load: 1,000 Alertmanager notifications/s for 10 s against the
+//!    real router (webhook + /metrics + probes) served by `axum::serve` on
+//!    127.0.0.1:0, then the same over the TLS listener (`remedy::tls`).
+//! 2. Memory: 100,000 real-shaped Machines / OpenStackMachines fed through
+//!    the watcher's event handling into `Store::apply`; RSS growth per object
+//!    and time per apply. Each fleet runs in a child process of its own, so
+//!    one measurement's freed memory cannot hide another's growth.
+//! 3. /metrics: `Metrics::encode` with 100,000 per-resource series.
+//!
+//! Load goes to loopback only, is bounded in count and time, and stops by
+//! itself. Targets: webhook p99 < 5 ms, <= 1 KiB per object, /metrics < 100 ms.
+
+use futures::StreamExt;
+use kube::api::DynamicObject;
+use kube::runtime::watcher::Event;
+use remedy::backoff::BackoffPolicy;
+use remedy::classify::{Classifier, default_rules};
+use remedy::metrics::Metrics;
+use remedy::profile::builtin;
+use remedy::server::{self, Http, Readiness};
+use remedy::signals::{Dedupe, WebhookState, router};
+use remedy::store::Store;
+use remedy::view::ResourceKey;
+use serde_json::json;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const RATE: u64 = 1_000;
+/// Alerts per notification: Alertmanager groups, two is a small group.
+const ALERTS_PER_REQUEST: usize = 2;
+const TOKEN: &str = "bench-token-0123456789";
+/// As `app::serve` sizes it.
+const DEDUPE_CAPACITY: usize = 100_000;
+const CHILD: &str = "--load-child";
+const SMOKE: &str = "--smoke";
+
+/// How much to run: `cargo bench` passes `--bench`; `cargo test
+/// --all-targets` runs this binary without it, and then a smoke run checks
+/// that everything works in seconds (its figures mean nothing).
+struct Size {
+    load_secs: u64,
+    objects: usize,
+    encode_runs: usize,
+    http_runs: usize,
+}
+
+const FULL: Size = Size {
+    load_secs: 10,
+    objects: 100_000,
+    encode_runs: 50,
+    http_runs: 10,
+};
+
+const SMOKE_SIZE: Size = Size {
+    load_secs: 1,
+    objects: 2_000,
+    encode_runs: 3,
+    http_runs: 2,
+};
+
+static SIZE: std::sync::OnceLock<&'static Size> = std::sync::OnceLock::new();
+
+fn size() -> &'static Size {
+    SIZE.get().copied().unwrap_or(&FULL)
+}
+
+type BenchResult<T> = Result<T, String>;
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+struct AlwaysReady;
+
+impl Readiness for AlwaysReady {
+    fn check(&self) -> Result<Vec<String>, Vec<String>> {
+        Ok(Vec::new())
+    }
+}
+
+/// Nearest-rank quantile of sorted samples, in per mille (990 = p99).
+fn quantile(sorted: &[Duration], per_mille: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[(sorted.len() * per_mille / 1000).min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
+// ---------------------------------------------------------------- webhook
+
+fn notification(i: usize) -> bytes::Bytes {
+    let alerts: Vec<_> = (0..ALERTS_PER_REQUEST)
+        .map(|j| {
+            json!({
+                "status": "firing",
+                "labels": {
+                    "alertname": "RemedyTransientErrorRatioHigh",
+                    "namespace": format!("tenant-{:02}", i % 100),
+                    "kind": "Machine",
+                    "name": format!("prod-eu1-md-0-7d9f8-{i:06}-{j}"),
+                    "severity": "warning",
+                    "prometheus": "monitoring/k8s"
+                },
+                "annotations": {"summary": "transient error ratio high", "runbook_url": "https://runbooks/remedy"},
+                // A new fingerprint per alert: every alert is accepted and
+                // forwarded, the most expensive path.
+                "startsAt": "2026-12-02T10:15:30.123456789Z",
+                "endsAt": "0001-01-01T00:00:00Z",
+                "generatorURL": "http://prometheus:9090/graph?g0.expr=remedy_transient_error_ratio&g0.tab=1",
+                "fingerprint": format!("{:016x}", (i * ALERTS_PER_REQUEST + j) as u64 ^ 0x9e37_79b9_7f4a_7c15)
+            })
+        })
+        .collect();
+    let body = json!({
+        "receiver": "remedy",
+        "status": "firing",
+        "alerts": alerts,
+        "groupLabels": {"alertname": "RemedyTransientErrorRatioHigh"},
+        "commonLabels": {"alertname": "RemedyTransientErrorRatioHigh", "severity": "warning"},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager:9093",
+        "version": "4",
+        "groupKey": format!("{{}}/{{severity=\"warning\"}}:{{alertname=\"RemedyTransientErrorRatioHigh\", namespace=\"tenant-{:02}\"}}", i % 100),
+        "truncatedAlerts": 0
+    });
+    bytes::Bytes::from(body.to_string())
+}
+
+struct LoadFigures {
+    sent: usize,
+    ok: usize,
+    failed: usize,
+    forwarded: usize,
+    body_bytes: usize,
+    achieved_rate: f64,
+    max_send_lag: Duration,
+    latencies: Vec<Duration>,
+}
+
+struct Tls {
+    cert_pem: String,
+    config: Arc<rustls::ServerConfig>,
+}
+
+fn self_signed() -> BenchResult<Tls> {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).map_err(err)?;
+    let dir = tempfile::tempdir().map_err(err)?;
+    let cfg = remedy::config::TlsConfig {
+        cert_file: dir.path().join("tls.crt"),
+        key_file: dir.path().join("tls.key"),
+    };
+    std::fs::write(&cfg.cert_file, ck.cert.pem()).map_err(err)?;
+    std::fs::write(&cfg.key_file, ck.signing_key.serialize_pem()).map_err(err)?;
+    Ok(Tls {
+        cert_pem: ck.cert.pem(),
+        config: remedy::tls::load(&cfg).map_err(err)?,
+    })
+}
+
+/// Serves the real router on a 2-worker runtime (the machine has 2 cores,
+/// shared with the client) and drives it from a single-threaded client.
+fn webhook_load(tls: Option<&Tls>) -> BenchResult<LoadFigures> {
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(err)?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+    let metrics = Arc::new(Metrics::new(10_000));
+    let state = WebhookState::new(
+        Arc::from(TOKEN.as_bytes()),
+        1 << 20,
+        ["RemedyTransientErrorRatioHigh".to_string()],
+        tx,
+        Arc::new(Mutex::new(Dedupe::new(DEDUPE_CAPACITY))),
+        metrics.clone(),
+    );
+    let app = server::router(Http {
+        metrics,
+        readiness: Arc::new(AlwaysReady),
+    })
+    .merge(router(state));
+    let tls_config = tls.map(|t| t.config.clone());
+    let (addr, consumer) = server_rt
+        .block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let addr = listener.local_addr()?;
+            match tls_config {
+                Some(c) => {
+                    tokio::spawn(remedy::tls::serve(listener, c, app, std::future::pending()));
+                }
+                None => {
+                    tokio::spawn(async move {
+                        let _ = axum::serve(listener, app).await;
+                    });
+                }
+            }
+            // The engine's side of the queue: drain it as fast as it fills.
+            let consumer = Arc::new(AtomicUsize::new(0));
+            let count = consumer.clone();
+            tokio::spawn(async move {
+                while rx.recv().await.is_some() {
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            Ok::<_, std::io::Error>((addr, consumer))
+        })
+        .map_err(err)?;
+
+    let total = (RATE * size().load_secs) as usize;
+    let bodies: Vec<bytes::Bytes> = (0..total).map(notification).collect();
+    let body_bytes = bodies.first().map_or(0, bytes::Bytes::len);
+    let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(5));
+    let scheme = match tls {
+        Some(t) => {
+            builder = builder
+                .tls_built_in_root_certs(false)
+                .add_root_certificate(
+                    reqwest::Certificate::from_pem(t.cert_pem.as_bytes()).map_err(err)?,
+                )
+                .resolve("localhost", addr);
+            "https"
+        }
+        None => "http",
+    };
+    let client = builder.build().map_err(err)?;
+    let url = format!("{scheme}://localhost:{}/webhook/alertmanager", addr.port());
+
+    let client_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(err)?;
+    let mut figures = client_rt.block_on(async move {
+        let start = tokio::time::Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut max_send_lag = Duration::ZERO;
+        // Open loop: each request leaves at its due time whatever the
+        // others are doing, so a slow answer cannot hide by slowing the
+        // offered load.
+        for (i, body) in bodies.into_iter().enumerate() {
+            let due = start + Duration::from_micros(i as u64 * 1_000_000 / RATE);
+            tokio::time::sleep_until(due).await;
+            max_send_lag = max_send_lag.max(due.elapsed());
+            let req = client
+                .post(&url)
+                .bearer_auth(TOKEN)
+                .header("content-type", "application/json")
+                .body(body);
+            tasks.spawn(async move {
+                let t = Instant::now();
+                let ok = match req.send().await {
+                    Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                    Err(_) => false,
+                };
+                (t.elapsed(), ok, Instant::now())
+            });
+        }
+        let mut latencies = Vec::with_capacity(total);
+        let (mut ok, mut failed) = (0, 0);
+        let mut last = start.into_std();
+        let deadline = Duration::from_secs(size().load_secs + 30);
+        while let Ok(Some(done)) = tokio::time::timeout(deadline, tasks.join_next()).await {
+            match done {
+                Ok((lat, true, at)) => {
+                    ok += 1;
+                    latencies.push(lat);
+                    last = last.max(at);
+                }
+                _ => failed += 1,
+            }
+        }
+        latencies.sort();
+        LoadFigures {
+            sent: total,
+            ok,
+            failed,
+            forwarded: 0,
+            body_bytes,
+            achieved_rate: ok as f64 / last.duration_since(start.into_std()).as_secs_f64(),
+            max_send_lag,
+            latencies,
+        }
+    });
+    drop(client_rt);
+    // Every answered request was queued before its answer; give the consumer
+    // a moment to take the last ones off the queue.
+    server_rt.block_on(async { tokio::time::sleep(Duration::from_millis(200)).await });
+    figures.forwarded = consumer.load(Ordering::Relaxed);
+    server_rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(figures)
+}
+
+fn print_load(name: &str, f: &LoadFigures) {
+    println!(
+        "{name:<28} {:>6} {:>6} {:>4} {:>9.1} {:>10} {:>10} {:>10} {:>10}",
+        f.sent,
+        f.ok,
+        f.failed,
+        f.achieved_rate,
+        ms(quantile(&f.latencies, 500)),
+        ms(quantile(&f.latencies, 990)),
+        ms(f.latencies.last().copied().unwrap_or_default()),
+        ms(f.max_send_lag),
+    );
+}
+
+// ---------------------------------------------------------------- fleet
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+struct Templates {
+    machine: DynamicObject,
+    openstack: DynamicObject,
+}
+
+impl Templates {
+    fn load() -> BenchResult<Self> {
+        let read = |name: &str| -> BenchResult<DynamicObject> {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("testenv/samples")
+                .join(name);
+            let text = std::fs::read_to_string(&path).map_err(err)?;
+            serde_yaml_ng::from_str(&text).map_err(err)
+        };
+        Ok(Self {
+            machine: read("capi-machine-v1beta1-failed.yaml")?,
+            openstack: read("capo-openstackmachine-error.yaml")?,
+        })
+    }
+
+    /// Object `i` of a fleet where every `failing_every`-th object fails
+    /// (alternately with a terminal and a transient failure).
+    fn object(&self, machine: bool, i: usize, failing_every: usize, rv: u64) -> DynamicObject {
+        let mut o = if machine {
+            self.machine.clone()
+        } else {
+            self.openstack.clone()
+        };
+        let cluster = format!("prod-{:04}", i / 50);
+        let md = format!("{cluster}-md-0");
+        let name = format!("{md}-7d9f8-{i:06}");
+        let m = &mut o.metadata;
+        m.name = Some(if machine {
+            name.clone()
+        } else {
+            format!("{name}-infra")
+        });
+        m.namespace = Some(format!("tenant-{:02}", i % 100));
+        m.uid = Some(format!(
+            "{:08x}-3b1a-4d5e-9a49-{:012x}",
+            i,
+            i as u64 * 7919 + machine as u64
+        ));
+        m.resource_version = Some(rv.to_string());
+        m.creation_timestamp = None;
+        m.generation = Some(2);
+        if let Some(labels) = m.labels.as_mut() {
+            labels.insert("cluster.x-k8s.io/cluster-name".into(), cluster.clone());
+            labels.insert("cluster.x-k8s.io/deployment-name".into(), md.clone());
+            if machine {
+                labels.insert("cluster.x-k8s.io/set-name".into(), format!("{md}-7d9f8"));
+            }
+        }
+        let failing = i.is_multiple_of(failing_every);
+        let status = &mut o.data["status"];
+        if !failing {
+            if let Some(s) = status.as_object_mut() {
+                s.remove("failureReason");
+                s.remove("failureMessage");
+            }
+            status[if machine { "phase" } else { "instanceState" }] =
+                json!(if machine { "Running" } else { "ACTIVE" });
+            if let Some(conds) = status["conditions"].as_array_mut() {
+                for c in conds {
+                    c["status"] = json!("True");
+                    if let Some(c) = c.as_object_mut() {
+                        c.remove("reason");
+                        c.remove("message");
+                        c.remove("severity");
+                    }
+                }
+            }
+        } else if (i / failing_every) % 2 == 1 {
+            // Transient: the cloud API failed, the instance is not in ERROR.
+            status["failureMessage"] = json!(format!(
+                "failed to create server for {name}: Expected HTTP response code [202] when accessing [POST https://compute.example:8774/v2.1/servers], but got 503 instead"
+            ));
+            if !machine {
+                status["instanceState"] = json!("BUILD");
+            }
+        }
+        o
+    }
+}
+
+/// What `watch::run` does with each event (that loop is private to it).
+fn handle(
+    store: &Store,
+    metrics: &Metrics,
+    profile: usize,
+    stream: &str,
+    seen: &mut HashSet<ResourceKey>,
+    ev: Event<DynamicObject>,
+    apply_times: &mut Vec<Duration>,
+) {
+    let kind = store.profiles()[profile].kind.clone();
+    match ev {
+        Event::Init => {
+            metrics.watch_event(&kind, "init");
+            seen.clear();
+        }
+        Event::InitApply(obj) => {
+            metrics.watch_event(&kind, "init_apply");
+            let t = Instant::now();
+            let k = store.apply(profile, &obj);
+            apply_times.push(t.elapsed());
+            if let Some(k) = k {
+                seen.insert(k);
+            }
+        }
+        Event::InitDone => {
+            metrics.watch_event(&kind, "init_done");
+            store.retain_seen(&kind, None, seen);
+            *seen = HashSet::new();
+            store.mark_synced(stream);
+        }
+        Event::Apply(obj) => {
+            metrics.watch_event(&kind, "apply");
+            let t = Instant::now();
+            store.apply(profile, &obj);
+            apply_times.push(t.elapsed());
+        }
+        Event::Delete(obj) => {
+            metrics.watch_event(&kind, "delete");
+            if let Some(k) = store.key(profile, &obj) {
+                store.remove(&k);
+            }
+        }
+    }
+}
+
+/// Child process: one fleet, printed as table rows.
+fn fleet(scenario: &str) -> BenchResult<()> {
+    let failing_every = match scenario {
+        "mixed" => 10,
+        "failing" => 1,
+        other => return Err(format!("unknown scenario {other}")),
+    };
+    let profiles = vec![
+        builtin("capi-machine").map_err(err)?,
+        builtin("openstack-machine").map_err(err)?,
+    ];
+    let classifier = Classifier::new(&default_rules()).map_err(err)?;
+    let metrics = Arc::new(Metrics::new(size().objects));
+    let store = Store::new(
+        profiles,
+        classifier,
+        BackoffPolicy::default(),
+        metrics.clone(),
+    );
+    let templates = Templates::load()?;
+    let mut apply_times: Vec<Duration> = Vec::with_capacity(size().objects);
+    let mut update_times: Vec<Duration> = Vec::with_capacity(size().objects);
+    // Warm up allocator and lazy statics on objects that are then deleted.
+    for machine in [true, false] {
+        let o = templates.object(machine, size().objects + 1, 1, 1);
+        let p = usize::from(!machine);
+        if let Some(k) = store.apply(p, &o) {
+            store.remove(&k);
+        }
+    }
+    let rss_before = rss_kib();
+    let t0 = Instant::now();
+    let half = size().objects / 2;
+    for (profile, machine) in [(0usize, true), (1usize, false)] {
+        let stream = if machine {
+            "Machine"
+        } else {
+            "OpenStackMachine"
+        };
+        // The initial list, as kube-runtime delivers it; objects are made
+        // one at a time and dropped after the event, as on the wire.
+        let events = futures::stream::iter(
+            std::iter::once(Event::Init)
+                .chain((0..half).map(|i| {
+                    Event::InitApply(templates.object(machine, i, failing_every, 1000 + i as u64))
+                }))
+                .chain(std::iter::once(Event::InitDone)),
+        );
+        let mut seen = HashSet::new();
+        futures::executor::block_on(events.for_each(|ev| {
+            handle(
+                &store,
+                &metrics,
+                profile,
+                stream,
+                &mut seen,
+                ev,
+                &mut apply_times,
+            );
+            futures::future::ready(())
+        }));
+    }
+    let list_wall = t0.elapsed();
+    let rss_after = rss_kib();
+    // Then one status update per object (resourceVersion bump, same failure).
+    for (profile, machine) in [(0usize, true), (1usize, false)] {
+        let mut seen = HashSet::new();
+        for i in 0..half {
+            let o = templates.object(machine, i, failing_every, 500_000 + i as u64);
+            handle(
+                &store,
+                &metrics,
+                profile,
+                "",
+                &mut seen,
+                Event::Apply(o),
+                &mut update_times,
+            );
+        }
+    }
+    apply_times.sort();
+    update_times.sort();
+    let growth = rss_after.saturating_sub(rss_before) as f64 * 1024.0 / store.len() as f64;
+    println!(
+        "{:<28} {:>8} {:>8} {:>10} {:>10} {:>12.0} {:>10} {:>10} {:>10}",
+        format!("{scenario} (1 in {failing_every} failing)"),
+        store.len(),
+        metrics.tracked_series(),
+        rss_before,
+        rss_after,
+        growth,
+        ms(quantile(&apply_times, 500)),
+        ms(quantile(&apply_times, 990)),
+        ms(quantile(&update_times, 500)),
+    );
+    println!(
+        "{:<28} initial list of {} objects: {:.2} s wall (object construction included), apply p99.9 {}, update p99 {}",
+        "",
+        store.len(),
+        list_wall.as_secs_f64(),
+        ms(quantile(&apply_times, 999)),
+        ms(quantile(&update_times, 990)),
+    );
+    if scenario == "failing" {
+        println!(
+            "{:<28} inline sizes: ResourceKey {} B, store Entry {} B (ResourceView {} B), ConditionView {} B",
+            "",
+            std::mem::size_of::<ResourceKey>(),
+            std::mem::size_of::<remedy::store::Entry>(),
+            std::mem::size_of::<remedy::view::ResourceView>(),
+            std::mem::size_of::<remedy::view::ConditionView>(),
+        );
+        metrics_encode(&metrics)?;
+    }
+    Ok(())
+}
+
+fn metrics_encode(metrics: &Arc<Metrics>) -> BenchResult<()> {
+    let mut times = Vec::with_capacity(size().encode_runs);
+    let mut body_len = 0;
+    for _ in 0..size().encode_runs {
+        let t = Instant::now();
+        let body = metrics.encode().map_err(err)?;
+        times.push(t.elapsed());
+        body_len = body.len();
+    }
+    times.sort();
+    // The same through the real route and loopback, as Prometheus scrapes.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(err)?;
+    let app = server::router(Http {
+        metrics: metrics.clone(),
+        readiness: Arc::new(AlwaysReady),
+    });
+    let mut http = rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(err)?;
+        let addr: SocketAddr = listener.local_addr().map_err(err)?;
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(err)?;
+        let mut times = Vec::with_capacity(size().http_runs);
+        for _ in 0..size().http_runs {
+            let t = Instant::now();
+            let r = client
+                .get(format!("http://{addr}/metrics"))
+                .send()
+                .await
+                .map_err(err)?;
+            let n = r.bytes().await.map_err(err)?.len();
+            times.push(t.elapsed());
+            if n == 0 {
+                return Err("empty /metrics".to_string());
+            }
+        }
+        Ok::<_, String>(times)
+    })?;
+    http.sort();
+    println!();
+    println!(
+        "{:<28} {:>8} {:>10} {:>10} {:>10} {:>12} {:>12}",
+        "/metrics", "series", "runs", "p50", "p99", "max", "body"
+    );
+    println!(
+        "{:<28} {:>8} {:>10} {:>10} {:>10} {:>12} {:>9.1} MiB",
+        "Metrics::encode",
+        metrics.tracked_series() * 2,
+        size().encode_runs,
+        ms(quantile(&times, 500)),
+        ms(quantile(&times, 990)),
+        ms(times.last().copied().unwrap_or_default()),
+        body_len as f64 / (1024.0 * 1024.0),
+    );
+    println!(
+        "{:<28} {:>8} {:>10} {:>10} {:>10} {:>12}",
+        "GET /metrics over loopback",
+        metrics.tracked_series() * 2,
+        size().http_runs,
+        ms(quantile(&http, 500)),
+        ms(quantile(&http, 990)),
+        ms(http.last().copied().unwrap_or_default()),
+    );
+    Ok(())
+}
+
+fn run_child(scenario: &str) -> BenchResult<()> {
+    let exe = std::env::current_exe().map_err(err)?;
+    let mut cmd = Command::new(exe);
+    cmd.args([CHILD, scenario]);
+    if std::ptr::eq(size(), &SMOKE_SIZE) {
+        cmd.arg(SMOKE);
+    }
+    let status = cmd.status().map_err(err)?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("fleet {scenario}: child exited with {status}"))
+    }
+}
+
+fn run() -> BenchResult<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    // A child is told by its parent; the parent by cargo's `--bench`.
+    let smoke = has(SMOKE) || (!has(CHILD) && !has("--bench"));
+    let _ = SIZE.set(if smoke { &SMOKE_SIZE } else { &FULL });
+    if let Some(i) = args.iter().position(|a| a == CHILD) {
+        return fleet(args.get(i + 1).map_or("", String::as_str));
+    }
+    println!(
+        "remedy load bench ({} cores){}",
+        std::thread::available_parallelism().map_or(0, usize::from),
+        if smoke {
+            ": SMOKE RUN (no --bench: cargo test), figures are not measurements"
+        } else {
+            ""
+        }
+    );
+    println!();
+    println!(
+        "webhook: {RATE} req/s for {} s, {ALERTS_PER_REQUEST} new alerts per notification, open loop, client and server on one machine",
+        size().load_secs
+    );
+    println!(
+        "{:<28} {:>6} {:>6} {:>4} {:>9} {:>10} {:>10} {:>10} {:>10}",
+        "listener", "sent", "ok", "err", "rate/s", "p50", "p99", "max", "send lag"
+    );
+    let plain = webhook_load(None)?;
+    print_load("http (axum::serve)", &plain);
+    let tls = self_signed()?;
+    let over_tls = webhook_load(Some(&tls))?;
+    print_load("https (remedy::tls::serve)", &over_tls);
+    for (name, f) in [("http", &plain), ("https", &over_tls)] {
+        let want = f.ok * ALERTS_PER_REQUEST;
+        println!(
+            "  {name}: body {} bytes; {} alerts reached the queue consumer (want {want})",
+            f.body_bytes, f.forwarded
+        );
+        // Figures of a run that lost requests or alerts would mean nothing.
+        if f.failed > 0 || f.ok != f.sent || f.forwarded != want {
+            return Err(format!(
+                "{name}: {} of {} requests failed, {} of {want} alerts forwarded",
+                f.failed, f.sent, f.forwarded
+            ));
+        }
+    }
+    println!();
+    println!(
+        "fleet: {} objects (half Machines, half OpenStackMachines), initial list then one update each",
+        size().objects
+    );
+    println!(
+        "{:<28} {:>8} {:>8} {:>10} {:>10} {:>12} {:>10} {:>10} {:>10}",
+        "scenario",
+        "objects",
+        "series",
+        "RSS0 KiB",
+        "RSS1 KiB",
+        "B/object",
+        "apply p50",
+        "apply p99",
+        "update p50"
+    );
+    run_child("mixed")?;
+    run_child("failing")?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
