@@ -4,6 +4,7 @@
 //! same write; this is what keeps actions from being lost or doubled.
 
 use super::plan::{self, Done, Goal, Step};
+use crate::budget::TokenBucket;
 use crate::leader::Leadership;
 use crate::metrics::{ActionKindLabels, Metrics};
 use crate::profile::Profile;
@@ -13,7 +14,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::Mutex;
 
 /// Conflicts tolerated per goal before giving up until the next tick.
@@ -59,44 +60,37 @@ pub struct Outcome {
 }
 
 /// Paces writes cluster-wide (one leader writes): at most `burst` at once,
-/// then one every 1/rate seconds. Separate from the release budget so holds
-/// during an outage are fast but still bounded.
+/// then `per_second`. Separate from the release budget so holds during an
+/// outage are fast but still bounded. The async shell around the same pure
+/// [`TokenBucket`] the release budget uses.
 pub struct WriteLimiter {
-    interval: Duration,
-    burst: u32,
-    state: Mutex<(Instant, u32)>,
+    origin: Instant,
+    bucket: Mutex<TokenBucket>,
 }
 
 impl WriteLimiter {
     pub fn new(per_second: f64, burst: u32) -> Self {
+        // Config validation rejects these; never wait forever if it did not.
         let per_second = if per_second.is_finite() && per_second > 0.0 {
             per_second
         } else {
             1.0
         };
         Self {
-            interval: Duration::from_secs_f64(1.0 / per_second),
-            burst: burst.max(1),
-            state: Mutex::new((Instant::now(), burst.max(1))),
+            origin: Instant::now(),
+            bucket: Mutex::new(TokenBucket::new(per_second, burst.max(1))),
         }
     }
 
     pub async fn acquire(&self) {
         loop {
             let wait = {
-                let mut s = self.state.lock().await;
-                let now = Instant::now();
-                let earned = (now.duration_since(s.0).as_secs_f64() / self.interval.as_secs_f64())
-                    .floor() as u32;
-                if earned > 0 {
-                    s.1 = s.1.saturating_add(earned).min(self.burst);
-                    s.0 = now;
-                }
-                if s.1 > 0 {
-                    s.1 -= 1;
+                let mut bucket = self.bucket.lock().await;
+                let now = self.origin.elapsed();
+                if bucket.try_take(now) {
                     return;
                 }
-                self.interval.saturating_sub(now.duration_since(s.0))
+                bucket.time_until_token(now)
             };
             tokio::time::sleep(wait).await;
         }
