@@ -92,7 +92,7 @@ async fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        () = shutdown() => {
+        () = remedy::app::shutdown_signal() => {
             println!("fault_injector: stopping");
             ExitCode::SUCCESS
         }
@@ -189,25 +189,4 @@ async fn run(args: Args) -> Result<ExitCode> {
     inj.say("script done; serving metrics and reconciling until stopped");
     std::future::pending::<()>().await;
     Ok(ExitCode::SUCCESS)
-}
-
-async fn shutdown() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
 }

@@ -217,6 +217,12 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
 }
 
 async fn shutdown() {
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+}
+
+/// Resolves on Ctrl-C or SIGTERM (what Kubernetes sends on pod stop).
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -235,5 +241,4 @@ async fn shutdown() {
         () = ctrl_c => {},
         () = term => {},
     }
-    tracing::info!("shutting down");
 }
