@@ -54,8 +54,8 @@ pub trait Policy {
 pub fn all(s: &Scenario) -> Vec<Box<dyn Policy>> {
     vec![
         Box::new(ClientGoDefault::new(s.controllers)),
-        Box::new(FullJitter::new()),
-        Box::new(Brupop::new()),
+        Box::new(FullJitter),
+        Box::new(Brupop::default()),
         Box::new(AwsStandardRetry::new(s.resources, s.controllers)),
         Box::new(SreAdaptive::new(s.controllers)),
         Box::new(Remedy::new(RemedyParams::for_scenario(s), s.resources)),
@@ -148,19 +148,8 @@ impl Policy for ClientGoDefault {
 }
 
 /// Capped exponential backoff with full jitter: base 1 s, cap 5 min.
+#[derive(Default)]
 pub struct FullJitter;
-
-impl FullJitter {
-    pub fn new() -> Self {
-        Self
-    }
-}
-
-impl Default for FullJitter {
-    fn default() -> Self {
-        Self::new()
-    }
-}
 
 impl Policy for FullJitter {
     fn name(&self) -> &'static str {
@@ -183,22 +172,9 @@ impl Policy for FullJitter {
 
 /// Bottlerocket update operator: wait 2^crash_count minutes, capped at 24 h,
 /// no jitter, checked inside the reconcile (resyncs do not bypass it).
+#[derive(Default)]
 pub struct Brupop {
     backoff: BackoffPolicy,
-}
-
-impl Brupop {
-    pub fn new() -> Self {
-        Self {
-            backoff: BackoffPolicy::default(),
-        }
-    }
-}
-
-impl Default for Brupop {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl Policy for Brupop {
@@ -663,7 +639,7 @@ mod tests {
 
     #[test]
     fn brupop_waits_two_to_the_crash_count_minutes_without_resync_bypass() {
-        let mut p = Brupop::new();
+        let mut p = Brupop::default();
         let mut r = rng();
         assert!(!p.resync_when_failing());
         assert_eq!(
@@ -684,7 +660,7 @@ mod tests {
 
     #[test]
     fn full_jitter_stays_within_the_exponential() {
-        let mut p = FullJitter::new();
+        let mut p = FullJitter;
         let mut r = rng();
         for failures in 1..30 {
             let at = p
