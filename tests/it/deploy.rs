@@ -4,9 +4,10 @@
 //! prometheus-operator CRDs here are schema-less stand-ins (testenv/crds), so
 //! for ServiceMonitor and PrometheusRule only kind and metadata are checked.
 
+use crate::support::objects::apply_manifest;
 use crate::support::{TestCluster, repo};
-use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use kube::discovery::{Discovery, Scope};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::Discovery;
 use std::process::Command;
 
 fn render(overlay: &str) -> Vec<DynamicObject> {
@@ -65,30 +66,10 @@ async fn both_overlays_pass_a_server_side_dry_run() {
         let mut kinds = Vec::new();
         for (dry, objs) in [(false, namespaces), (true, rest)] {
             for obj in objs {
-                let t = obj.types.clone().expect("types");
-                let (group, version) = t
-                    .api_version
-                    .rsplit_once('/')
-                    .unwrap_or(("", &t.api_version));
-                let gvk = GroupVersionKind::gvk(group, version, &t.kind);
-                let (ar, caps) = discovery
-                    .resolve_gvk(&gvk)
-                    .unwrap_or_else(|| panic!("{overlay}: {gvk:?} is not served"));
-                let name = obj.metadata.name.clone().expect("name");
-                let api: Api<DynamicObject> = match (&caps.scope, obj.metadata.namespace.as_deref())
-                {
-                    (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &ar),
-                    (Scope::Namespaced, None) => {
-                        panic!("{overlay}: {} {name} has no namespace", t.kind)
-                    }
-                    (Scope::Cluster, _) => Api::all_with(client.clone(), &ar),
-                };
-                let mut pp = PatchParams::apply("remedy-deploy-check").force();
-                pp.dry_run = dry;
-                api.patch(&name, &pp, &Patch::Apply(&obj))
+                let kind = apply_manifest(&client, &discovery, obj, None, dry)
                     .await
-                    .unwrap_or_else(|e| panic!("{overlay}: {} {name} rejected: {e}", t.kind));
-                kinds.push(t.kind);
+                    .unwrap_or_else(|e| panic!("{overlay}: {e}"));
+                kinds.push(kind);
             }
         }
         for want in [

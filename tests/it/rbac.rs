@@ -2,15 +2,13 @@
 //! can do everything remedy does, and writes it does not need are refused.
 
 use crate::remediate::executor;
-use crate::support::objects::{api_for, create_with_status, sample};
+use crate::support::objects::{api_for, apply_manifest, create_with_status, sample};
 use crate::support::{TestCluster, eventually, namespace, repo};
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use remedy::config::LeaderConfig;
 use remedy::metrics::Metrics;
 use remedy::profile::{HoldRecord, builtin, builtins};
@@ -27,6 +25,10 @@ const SA: &str = "system:serviceaccount:remedy-system:remedy";
 async fn apply_rbac(client: &Client) {
     static DONE: OnceCell<()> = OnceCell::const_new();
     DONE.get_or_init(|| async {
+        let discovery = kube::Discovery::new(client.clone())
+            .run()
+            .await
+            .expect("discovery");
         for file in [
             "namespace.yaml",
             "serviceaccount.yaml",
@@ -41,43 +43,10 @@ async fn apply_rbac(client: &Client) {
                 if value.is_null() {
                     continue;
                 }
-                let mut obj: DynamicObject = serde_json::from_value(value).expect("object");
-                let t = obj.types.clone().expect("types");
-                let (group, version) = t
-                    .api_version
-                    .rsplit_once('/')
-                    .unwrap_or(("", &t.api_version));
-                let plural = match t.kind.as_str() {
-                    "Namespace" => "namespaces",
-                    "ServiceAccount" => "serviceaccounts",
-                    "ClusterRole" => "clusterroles",
-                    "ClusterRoleBinding" => "clusterrolebindings",
-                    "Role" => "roles",
-                    "RoleBinding" => "rolebindings",
-                    other => panic!("unexpected kind {other} in RBAC manifests"),
-                };
-                let ar = ApiResource::from_gvk_with_plural(
-                    &GroupVersionKind::gvk(group, version, &t.kind),
-                    plural,
-                );
-                let namespaced =
-                    matches!(t.kind.as_str(), "ServiceAccount" | "Role" | "RoleBinding");
-                let api: Api<DynamicObject> = if namespaced {
-                    obj.metadata
-                        .namespace
-                        .get_or_insert_with(|| "remedy-system".into());
-                    Api::namespaced_with(client.clone(), "remedy-system", &ar)
-                } else {
-                    Api::all_with(client.clone(), &ar)
-                };
-                let name = obj.metadata.name.clone().expect("name");
-                api.patch(
-                    &name,
-                    &PatchParams::apply("remedy-tests").force(),
-                    &Patch::Apply(&obj),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("apply {file} {name}: {e}"));
+                let obj: DynamicObject = serde_json::from_value(value).expect("object");
+                apply_manifest(client, &discovery, obj, Some("remedy-system"), false)
+                    .await
+                    .unwrap_or_else(|e| panic!("apply {file}: {e}"));
             }
         }
     })

@@ -29,12 +29,7 @@ pub fn profile_for(obj: &DynamicObject) -> Profile {
 /// The API of the object's own apiVersion (which may differ from the
 /// version remedy watches, e.g. a v1beta2 Machine).
 pub fn api_for(client: &Client, obj: &DynamicObject, ns: &str) -> Api<DynamicObject> {
-    let t = obj.types.as_ref().expect("types");
-    let (group, version) = t
-        .api_version
-        .rsplit_once('/')
-        .unwrap_or(("", &t.api_version));
-    let gvk = GroupVersionKind::gvk(group, version, &t.kind);
+    let gvk = GroupVersionKind::try_from(obj.types.as_ref().expect("types")).expect("gvk");
     let ar = ApiResource::from_gvk_with_plural(&gvk, &profile_for(obj).plural());
     Api::namespaced_with(client.clone(), ns, &ar)
 }
@@ -76,4 +71,41 @@ pub async fn set_status(api: &Api<DynamicObject>, name: &str, status: Value) -> 
     )
     .await
     .expect("patch status")
+}
+
+/// Server-side applies a manifest object (a dry run when `dry_run`),
+/// resolving its kind by discovery. A namespaced object without a namespace
+/// goes to `default_ns`; with none given that is an error of the manifest.
+/// Returns the object's kind.
+pub async fn apply_manifest(
+    client: &Client,
+    discovery: &kube::Discovery,
+    mut obj: DynamicObject,
+    default_ns: Option<&str>,
+    dry_run: bool,
+) -> Result<String, String> {
+    let t = obj.types.clone().ok_or("object without apiVersion/kind")?;
+    let gvk = GroupVersionKind::try_from(&t).map_err(|e| e.to_string())?;
+    let (ar, caps) = discovery
+        .resolve_gvk(&gvk)
+        .ok_or_else(|| format!("{gvk:?} is not served"))?;
+    let name = obj.metadata.name.clone().ok_or("object without a name")?;
+    let api: Api<DynamicObject> = match caps.scope {
+        kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &ar),
+        kube::discovery::Scope::Namespaced => {
+            let ns = match (obj.metadata.namespace.clone(), default_ns) {
+                (Some(ns), _) => ns,
+                (None, Some(d)) => d.to_string(),
+                (None, None) => return Err(format!("{} {name} has no namespace", t.kind)),
+            };
+            obj.metadata.namespace = Some(ns.clone());
+            Api::namespaced_with(client.clone(), &ns, &ar)
+        }
+    };
+    let mut pp = PatchParams::apply("remedy-tests").force();
+    pp.dry_run = dry_run;
+    api.patch(&name, &pp, &Patch::Apply(&obj))
+        .await
+        .map_err(|e| format!("{} {name} rejected: {e}", t.kind))?;
+    Ok(t.kind)
 }
