@@ -563,12 +563,11 @@ fn fleet(scenario: &str) -> BenchResult<()> {
     );
     if scenario == "failing" {
         println!(
-            "{:<28} inline sizes: ResourceKey {} B, store Entry {} B (ResourceView {} B), ConditionView {} B",
+            "{:<28} inline sizes: ResourceKey {} B, store Entry {} B (ResourceView {} B)",
             "",
             std::mem::size_of::<ResourceKey>(),
             std::mem::size_of::<remedy::store::Entry>(),
             std::mem::size_of::<remedy::view::ResourceView>(),
-            std::mem::size_of::<remedy::view::ConditionView>(),
         );
         metrics_encode(&metrics)?;
     }

@@ -3,7 +3,7 @@
 //! profile's terminal state makes a resource terminal.
 
 use crate::profile::Profile;
-use crate::view::ResourceView;
+use crate::view::{FailureText, Projection};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
@@ -189,11 +189,12 @@ impl Classifier {
         Ok(Self { rules })
     }
 
-    pub fn classify(&self, profile: &Profile, view: &ResourceView) -> Verdict {
+    pub fn classify(&self, profile: &Profile, p: &Projection) -> Verdict {
+        let (view, failure) = (&p.view, &p.failure);
         if let Some(field) = view.malformed.first() {
             return Verdict::Unclassifiable { field };
         }
-        if let Some(state) = view.state.as_deref()
+        if let Some(state) = failure.state.as_deref()
             && profile.terminal_states.iter().any(|s| s == state)
         {
             return Verdict::Terminal {
@@ -201,13 +202,15 @@ impl Classifier {
                 not_found: false,
             };
         }
-        if view.has_failure() {
-            return self.match_rules(view, true).unwrap_or(Verdict::Transient {
-                // Unknown failures are retried, never given up on.
-                reason: "unmatched".into(),
-            });
+        if failure.has_failure() {
+            return self
+                .match_rules(failure, true)
+                .unwrap_or(Verdict::Transient {
+                    // Unknown failures are retried, never given up on.
+                    reason: "unmatched".into(),
+                });
         }
-        if let Some(v) = self.match_rules(view, false) {
+        if let Some(v) = self.match_rules(failure, false) {
             return v;
         }
         // remedy's own counter (kinds without a native one) records past
@@ -222,13 +225,13 @@ impl Classifier {
 
     /// With `with_failure` false only conditions are looked at (a failing
     /// condition without failure fields, as in CAPI v1beta2).
-    fn match_rules(&self, view: &ResourceView, with_failure: bool) -> Option<Verdict> {
+    fn match_rules(&self, failure: &FailureText, with_failure: bool) -> Option<Verdict> {
         let mut texts: Vec<&str> = Vec::new();
         if with_failure {
-            texts.extend(view.failure_reason.as_deref());
-            texts.extend(view.failure_message.as_deref());
+            texts.extend(failure.reason.as_deref());
+            texts.extend(failure.message.as_deref());
         }
-        for c in view
+        for c in failure
             .conditions
             .iter()
             .filter(|c| c.status.as_ref() == "False")
@@ -239,7 +242,7 @@ impl Classifier {
         if texts.is_empty() {
             return None;
         }
-        let reason = view.failure_reason.as_deref().filter(|_| with_failure);
+        let reason = failure.reason.as_deref().filter(|_| with_failure);
         self.rules.iter().find_map(|rule| {
             let text_ok = rule
                 .text
@@ -270,17 +273,31 @@ impl Classifier {
 mod tests {
     use super::*;
     use crate::profile::builtin;
-    use crate::view::ConditionView;
+    use crate::view::{ConditionView, ResourceView};
 
     fn classifier() -> Classifier {
         Classifier::new(&default_rules()).expect("seed rules compile")
     }
 
-    fn failing(reason: &str, message: &str) -> ResourceView {
-        ResourceView {
-            failure_reason: Some(reason.into()),
-            failure_message: Some(message.into()),
-            ..ResourceView::default()
+    fn failing(reason: &str, message: &str) -> Projection {
+        text(FailureText {
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            ..FailureText::default()
+        })
+    }
+
+    fn text(failure: FailureText) -> Projection {
+        Projection {
+            failure,
+            ..Projection::default()
+        }
+    }
+
+    fn view(view: ResourceView) -> Projection {
+        Projection {
+            view,
+            ..Projection::default()
         }
     }
 
@@ -374,67 +391,72 @@ mod tests {
     fn error_instance_state_is_terminal_but_unknown_state_is_not() {
         let p = builtin("openstack-machine").unwrap();
         let c = classifier();
-        let mut v = ResourceView {
+        let mut v = text(FailureText {
             state: Some("ERROR".into()),
-            ..ResourceView::default()
-        };
+            ..FailureText::default()
+        });
         assert!(
             matches!(c.classify(&p, &v), Verdict::Terminal { ref reason, not_found: false } if reason == "instance_error")
         );
-        v.state = Some("SOME_NEW_STATE".into());
+        v.failure.state = Some("SOME_NEW_STATE".into());
         assert_eq!(c.classify(&p, &v), Verdict::Healthy);
         let mut failed = failing("CreateError", "something nobody has seen before");
-        failed.state = Some("SOME_NEW_STATE".into());
+        failed.failure.state = Some("SOME_NEW_STATE".into());
         assert_eq!(c.classify(&p, &failed), transient("unmatched"));
     }
 
     #[test]
     fn crash_count_without_failure_is_transient() {
         let p = builtin("bottlerocket-shadow").unwrap();
-        let v = ResourceView {
+        let v = view(ResourceView {
             crash_count: Some(3),
             ..ResourceView::default()
-        };
+        });
         assert_eq!(classifier().classify(&p, &v), transient("crash_loop"));
-        let ok = ResourceView {
+        let ok = view(ResourceView {
             crash_count: Some(0),
             ..ResourceView::default()
-        };
+        });
         assert_eq!(classifier().classify(&p, &ok), Verdict::Healthy);
     }
 
     #[test]
     fn false_condition_matching_a_rule_is_classified() {
         let p = builtin("capi-machine").unwrap();
-        let v = ResourceView {
+        let v = text(FailureText {
             conditions: vec![ConditionView {
                 type_: "InfrastructureReady".into(),
                 status: "False".into(),
                 reason: Some("InstanceProvisionFailed".into()),
                 message: Some("503 Service Unavailable".into()),
             }],
-            ..ResourceView::default()
-        };
+            ..FailureText::default()
+        });
         assert_eq!(classifier().classify(&p, &v), transient("server_error"));
-        let provisioning = ResourceView {
+        let provisioning = text(FailureText {
             conditions: vec![ConditionView {
                 type_: "Ready".into(),
                 status: "False".into(),
                 reason: Some("WaitingForBootstrapData".into()),
                 message: None,
             }],
-            ..ResourceView::default()
-        };
+            ..FailureText::default()
+        });
         assert_eq!(classifier().classify(&p, &provisioning), Verdict::Healthy);
     }
 
     #[test]
     fn remedys_own_crash_counter_is_not_a_failure() {
         let p = builtin("openstack-machine").unwrap();
-        let v = ResourceView {
-            crash_count: Some(4),
-            state: Some("ACTIVE".into()),
-            ..ResourceView::default()
+        let v = Projection {
+            view: ResourceView {
+                crash_count: Some(4),
+                ..ResourceView::default()
+            },
+            failure: FailureText {
+                state: Some("ACTIVE".into()),
+                ..FailureText::default()
+            },
         };
         assert_eq!(classifier().classify(&p, &v), Verdict::Healthy);
     }
@@ -442,11 +464,11 @@ mod tests {
     #[test]
     fn malformed_is_unclassifiable() {
         let p = builtin("bottlerocket-shadow").unwrap();
-        let v = ResourceView {
+        let v = view(ResourceView {
             malformed: vec!["crash_count"],
             crash_count: None,
             ..ResourceView::default()
-        };
+        });
         assert_eq!(
             classifier().classify(&p, &v),
             Verdict::Unclassifiable {

@@ -14,7 +14,7 @@ use crate::remediate::plan::Goal;
 use crate::scope::Scope;
 use crate::signals::verify::Verifier;
 use crate::signals::{AlertEvent, AlertStatus};
-use crate::store::Store;
+use crate::store::{Entry, Store};
 use crate::view::{PauseState, ResourceKey};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -401,7 +401,7 @@ impl Engine {
                         .map(|s| format!("{ALERT_PREFIX}{}", s.alertname))
                         .unwrap_or_else(|| BREAKER_REASON.to_string());
                     holds.push((key.clone(), reason, crashes.saturating_add(1)));
-                } else if in_verified && transient && !in_firing && has_work(profile, &e.view) {
+                } else if in_verified && transient && !in_firing && has_work(profile, e) {
                     goals.insert(key.clone(), Goal::Remediate);
                 }
             } else if !in_firing {
@@ -627,8 +627,9 @@ impl Engine {
 /// held: failure fields to clear or a native counter to reset. A failing
 /// condition alone (a controller still quoting the old error) is not worth a
 /// budget token.
-fn has_work(profile: &Profile, view: &crate::view::ResourceView) -> bool {
-    view.has_failure()
+fn has_work(profile: &Profile, e: &Entry) -> bool {
+    let view = &e.view;
+    e.failure.is_some()
         || (profile.has_native_counter()
             && (view.crash_count.is_some_and(|n| n > 0) || view.failure_time.is_some()))
 }

@@ -3,7 +3,9 @@
 //! reads both the CAPI v1beta1 (`status.failureReason`) and v1beta2
 //! (`status.deprecated.v1beta1.failureReason`) layouts.
 
-use crate::view::{ConditionView, Labels, Owner, PauseState, ResourceView};
+use crate::view::{
+    ConditionView, FailureText, Labels, Owner, PauseState, Projection, ResourceView,
+};
 use chrono::{DateTime, Utc};
 use kube::api::DynamicObject;
 use serde::{Deserialize, Serialize};
@@ -200,7 +202,7 @@ impl Profile {
     /// Projects a full object into the compact view. Never fails: fields of
     /// the wrong type are recorded in `malformed` so the resource is reported
     /// unclassifiable instead of being guessed at.
-    pub fn project(&self, obj: &DynamicObject) -> ResourceView {
+    pub fn project(&self, obj: &DynamicObject) -> Projection {
         let meta = &obj.metadata;
         let mut view = ResourceView {
             uid: meta.uid.as_deref().unwrap_or_default().into(),
@@ -244,19 +246,22 @@ impl Profile {
                 }
             }
         }
-        view.failure_reason = text(
-            data,
-            &f.failure_reason,
-            "failure_reason",
-            &mut view.malformed,
-        );
-        view.failure_message = text(
-            data,
-            &f.failure_message,
-            "failure_message",
-            &mut view.malformed,
-        );
-        view.state = text(data, &f.state, "state", &mut view.malformed);
+        let mut failure = FailureText {
+            reason: text(
+                data,
+                &f.failure_reason,
+                "failure_reason",
+                &mut view.malformed,
+            ),
+            message: text(
+                data,
+                &f.failure_message,
+                "failure_message",
+                &mut view.malformed,
+            ),
+            state: text(data, &f.state, "state", &mut view.malformed),
+            conditions: Vec::new(),
+        };
         if let Some(v) = first(data, &f.crash_count) {
             match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
                 Some(n) => view.crash_count = Some(n),
@@ -274,11 +279,11 @@ impl Profile {
         }
         if let Some(v) = first(data, &f.conditions) {
             match conditions(v) {
-                Some(c) => view.conditions = c,
+                Some(c) => failure.conditions = c,
                 None => view.malformed.push("conditions"),
             }
         }
-        view
+        Projection { view, failure }
     }
 
     /// Whether the object itself counts failures (brupop); otherwise remedy
@@ -523,7 +528,7 @@ mod tests {
         serde_yaml_ng::from_str(yaml).expect("sample parses")
     }
 
-    fn verdict(p: &Profile, v: &ResourceView) -> Verdict {
+    fn verdict(p: &Profile, v: &Projection) -> Verdict {
         Classifier::new(&default_rules()).unwrap().classify(p, v)
     }
 
@@ -533,11 +538,14 @@ mod tests {
         let v = p.project(&sample(include_str!(
             "../testenv/samples/capi-machine-v1beta1-failed.yaml"
         )));
-        assert!(v.failure_reason.is_some(), "{v:?}");
-        assert!(v.failure_message.is_some());
-        assert_eq!(v.state.as_deref(), Some("Failed"));
-        assert_eq!(v.label("cluster.x-k8s.io/cluster-name"), Some("prod-eu1"));
-        assert!(v.malformed.is_empty());
+        assert!(v.failure.reason.is_some(), "{v:?}");
+        assert!(v.failure.message.is_some());
+        assert_eq!(v.failure.state.as_deref(), Some("Failed"));
+        assert_eq!(
+            v.view.label("cluster.x-k8s.io/cluster-name"),
+            Some("prod-eu1")
+        );
+        assert!(v.view.malformed.is_empty());
     }
 
     #[test]
@@ -546,13 +554,17 @@ mod tests {
         let v = p.project(&sample(include_str!(
             "../testenv/samples/capi-machine-v1beta2-failed.yaml"
         )));
-        assert_eq!(v.failure_reason.as_deref(), Some("UpdateError"));
+        assert_eq!(v.failure.reason.as_deref(), Some("UpdateError"));
         assert!(
-            v.failure_message
+            v.failure
+                .message
                 .as_deref()
                 .is_some_and(|m| m.contains("terminated"))
         );
-        assert!(!v.conditions.is_empty(), "v1beta2 conditions are projected");
+        assert!(
+            !v.failure.conditions.is_empty(),
+            "v1beta2 conditions are projected"
+        );
     }
 
     #[test]
@@ -561,8 +573,8 @@ mod tests {
         let v = p.project(&sample(include_str!(
             "../testenv/samples/capo-openstackmachine-error.yaml"
         )));
-        assert_eq!(v.state.as_deref(), Some("ERROR"));
-        assert_eq!(v.failure_reason.as_deref(), Some("UpdateError"));
+        assert_eq!(v.failure.state.as_deref(), Some("ERROR"));
+        assert_eq!(v.failure.reason.as_deref(), Some("UpdateError"));
         assert!(
             matches!(verdict(&p, &v), Verdict::Terminal { ref reason, .. } if reason == "instance_error")
         );
@@ -574,13 +586,13 @@ mod tests {
         let v = aws.project(&sample(include_str!(
             "../testenv/samples/capa-awsmachine-terminated.yaml"
         )));
-        assert_eq!(v.state.as_deref(), Some("terminated"));
+        assert_eq!(v.failure.state.as_deref(), Some("terminated"));
         assert!(matches!(verdict(&aws, &v), Verdict::Terminal { .. }));
         let az = builtin("azure-machine").unwrap();
         let v = az.project(&sample(include_str!(
             "../testenv/samples/capz-azuremachine-failed.yaml"
         )));
-        assert_eq!(v.state.as_deref(), Some("Failed"));
+        assert_eq!(v.failure.state.as_deref(), Some("Failed"));
         // "Failed" is not a configured terminal state for Azure: retried.
         assert!(matches!(verdict(&az, &v), Verdict::Transient { .. }));
     }
@@ -591,12 +603,12 @@ mod tests {
         let v = p.project(&sample(include_str!(
             "../testenv/samples/brupop-bottlerocketshadow-crashed.yaml"
         )));
-        assert_eq!(v.crash_count, Some(3));
+        assert_eq!(v.view.crash_count, Some(3));
         assert_eq!(
-            v.failure_time,
+            v.view.failure_time,
             Some("2025-05-08T04:29:22.501337417Z".parse().unwrap())
         );
-        assert_eq!(v.state.as_deref(), Some("ErrorReset"));
+        assert_eq!(v.failure.state.as_deref(), Some("ErrorReset"));
         assert_eq!(
             verdict(&p, &v),
             Verdict::Transient {
@@ -612,7 +624,7 @@ mod tests {
             "apiVersion: brupop.bottlerocket.aws/v2\nkind: BottlerocketShadow\nmetadata: {name: x}\nstatus: {crash_count: \"three\", state_transition_failure_timestamp: yesterday}\n",
         );
         let v = p.project(&obj);
-        assert_eq!(v.malformed, vec!["crash_count", "failure_time"]);
+        assert_eq!(v.view.malformed, vec!["crash_count", "failure_time"]);
         assert_eq!(
             verdict(&p, &v),
             Verdict::Unclassifiable {
@@ -621,13 +633,13 @@ mod tests {
         );
         let neg =
             sample("apiVersion: v\nkind: K\nmetadata: {name: x}\nstatus: {crash_count: -1}\n");
-        assert_eq!(p.project(&neg).malformed, vec!["crash_count"]);
+        assert_eq!(p.project(&neg).view.malformed, vec!["crash_count"]);
         let m = builtin("capi-machine").unwrap();
         let bad = sample(
             "apiVersion: v\nkind: K\nmetadata: {name: x}\nstatus: {failureReason: 7, conditions: {a: b}}\n",
         );
         assert_eq!(
-            m.project(&bad).malformed,
+            m.project(&bad).view.malformed,
             vec!["failure_reason", "conditions"]
         );
     }
@@ -639,6 +651,7 @@ mod tests {
             p.project(&sample(&format!(
                 "apiVersion: v\nkind: K\nmetadata: {{name: x, annotations: {ann}}}\n"
             )))
+            .view
             .pause
         };
         assert_eq!(with("{}"), PauseState::NotPaused);
@@ -670,7 +683,7 @@ mod tests {
         let v = p.project(&sample(&format!(
             "apiVersion: v\nkind: K\nmetadata: {{name: x}}\nstatus: {{failureMessage: '{long}'}}\n"
         )));
-        let m = v.failure_message.unwrap();
+        let m = v.failure.message.unwrap();
         assert!(m.len() <= MAX_MESSAGE && m.chars().all(|c| c == 'é'));
     }
 }

@@ -9,6 +9,7 @@ use crate::profile::Profile;
 use crate::view::{PauseState, ResourceKey, ResourceView};
 use kube::api::DynamicObject;
 use std::collections::{HashMap, HashSet};
+use std::num::NonZeroU64;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -17,6 +18,8 @@ pub struct Entry {
     pub profile: usize,
     pub view: ResourceView,
     pub verdict: Verdict,
+    /// [`FailureText::digest`]: the texts themselves are not kept.
+    pub failure: Option<NonZeroU64>,
 }
 
 impl Entry {
@@ -139,13 +142,14 @@ impl Store {
     pub fn apply(&self, profile: usize, obj: &DynamicObject) -> Option<ResourceKey> {
         let key = self.key(profile, obj)?;
         let p = &self.profiles[profile];
-        let view = p.project(obj);
-        let verdict = self.classifier.classify(p, &view);
+        let projection = p.project(obj);
+        let verdict = self.classifier.classify(p, &projection);
         self.upsert(
             key.clone(),
             Entry {
                 profile,
-                view,
+                failure: projection.failure.digest(),
+                view: projection.view,
                 verdict,
             },
         );
@@ -296,8 +300,7 @@ impl Store {
     fn count_new_failure(&self, key: &ResourceKey, old: Option<&Entry>, new: &Entry) {
         let same = old.is_some_and(|o| {
             o.verdict == new.verdict
-                && o.view.failure_reason == new.view.failure_reason
-                && o.view.failure_message == new.view.failure_message
+                && o.failure == new.failure
                 && o.view.crash_count == new.view.crash_count
                 && o.view.failure_time == new.view.failure_time
         });

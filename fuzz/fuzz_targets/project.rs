@@ -37,9 +37,10 @@ fuzz_target!(|data: &[u8]| {
         crash_count: 1,
     };
     for p in builtins() {
-        let view = p.project(&obj);
-        let _ = classifier.classify(&p, &view);
-        for s in [&view.failure_reason, &view.failure_message, &view.state]
+        let projection = p.project(&obj);
+        let _ = classifier.classify(&p, &projection);
+        let f = &projection.failure;
+        for s in [&f.reason, &f.message, &f.state]
             .into_iter()
             .flatten()
         {
@@ -48,7 +49,7 @@ fuzz_target!(|data: &[u8]| {
         for goal in [Goal::Hold(hold.clone()), Goal::Release, Goal::Remediate] {
             let (steps, _) = full_plan(&p, &obj, &goal);
             assert!(steps.len() <= 8);
-            if view.pause == PauseState::Foreign {
+            if projection.view.pause == PauseState::Foreign {
                 assert!(
                     !steps.contains(&Step::Unpause),
                     "{}: {goal:?} removes a pause remedy did not set: {steps:?}",

@@ -91,7 +91,7 @@ impl Done {
 
 /// The next step towards `goal`, or why there is none.
 pub fn next_step(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> Result<Step, Done> {
-    let view = profile.project(obj);
+    let view = profile.project(obj).view;
     if view.deleting {
         return Err(Done::Deleting);
     }
@@ -415,9 +415,12 @@ mod tests {
         let (steps, _) = full_plan(&p, &m, &goal);
         assert_eq!(steps, vec![Step::Hold]);
         let held = apply_locally(&m, &patch(&p, &m, &goal, Step::Hold)).unwrap();
-        assert!(matches!(p.project(&held).pause, PauseState::Ours { .. }));
+        assert!(matches!(
+            p.project(&held).view.pause,
+            PauseState::Ours { .. }
+        ));
         assert_eq!(next_step(&p, &held, &goal), Err(Done::Complete));
-        let view = p.project(&held);
+        let view = p.project(&held).view;
         assert_eq!(
             view.crash_count,
             Some(2),
