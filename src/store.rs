@@ -321,3 +321,78 @@ impl Store {
             .inc();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::default_rules;
+    use crate::profile::builtin;
+    use serde_json::json;
+
+    fn store() -> Store {
+        Store::new(
+            vec![builtin("openstack-machine").unwrap()],
+            Classifier::new(&default_rules()).unwrap(),
+            BackoffPolicy::default(),
+            Arc::new(Metrics::new(100)),
+        )
+    }
+
+    fn osm(rv: u64, status: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+            "kind": "OpenStackMachine",
+            "metadata": {"name": "m", "namespace": "ns", "uid": "u", "resourceVersion": rv.to_string()},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn errors(s: &Store, reason: &str) -> u64 {
+        s.metrics()
+            .transient_errors
+            .get_or_create(&ErrorLabels {
+                namespace: "ns".into(),
+                kind: "OpenStackMachine".into(),
+                reason: reason.into(),
+            })
+            .get()
+    }
+
+    #[test]
+    fn a_repeated_failure_counts_once_and_a_changed_one_again() {
+        let s = store();
+        let failing = |rv, msg: &str| {
+            osm(
+                rv,
+                json!({"failureReason": "CreateError", "failureMessage": msg, "instanceState": "BUILD",
+                       "conditions": [{"type": "Ready", "status": "False", "message": format!("rv {rv}")}]}),
+            )
+        };
+        s.apply(0, &failing(1, "got 503 instead"));
+        // A relist or an unrelated status change (a condition's text) repeats it.
+        s.apply(0, &failing(2, "got 503 instead"));
+        s.apply(0, &failing(3, "got 503 instead"));
+        assert_eq!(errors(&s, "server_error"), 1);
+        s.apply(0, &failing(4, "got 502 instead"));
+        assert_eq!(errors(&s, "server_error"), 2);
+        assert_eq!(s.count_state("OpenStackMachine", "transient"), 1);
+
+        let key = s.key(0, &failing(4, "")).unwrap();
+        let e = s.get(&key).unwrap();
+        assert!(e.failure.is_some());
+        assert_eq!(&*e.view.resource_version, "4");
+
+        s.apply(
+            0,
+            &osm(5, json!({"instanceState": "ACTIVE", "ready": true})),
+        );
+        let e = s.get(&key).unwrap();
+        assert_eq!(e.failure, None);
+        assert_eq!(s.count_state("OpenStackMachine", "transient"), 0);
+        assert_eq!(s.count_state("OpenStackMachine", "healthy"), 1);
+        // The same failure coming back after recovery is a new error.
+        s.apply(0, &failing(6, "got 502 instead"));
+        assert_eq!(errors(&s, "server_error"), 3);
+    }
+}
