@@ -163,7 +163,7 @@ fn self_signed() -> BenchResult<Tls> {
     std::fs::write(&cfg.key_file, ck.signing_key.serialize_pem()).map_err(err)?;
     Ok(Tls {
         cert_pem: ck.cert.pem(),
-        config: remedy::tls::load(&cfg).map_err(err)?,
+        config: remedy::tls::load(&cfg).map_err(err)?.config,
     })
 }
 

@@ -93,6 +93,9 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     // anything connects or listens.
     let tls_config = cfg.tls.as_ref().map(tls::load).transpose()?;
     let metrics = Arc::new(Metrics::new(cfg.max_resource_series));
+    if let Some(t) = &tls_config {
+        tokio::spawn(reload_certificates(t.certs.clone(), metrics.clone()));
+    }
     let store = Arc::new(Store::new(
         v.profiles.clone(),
         v.classifier,
@@ -205,14 +208,40 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         app = app.merge(w);
     }
     match tls_config {
-        Some(c) => {
-            tls::serve(listener, c, app, shutdown()).await;
+        Some(t) => {
+            tls::serve(listener, t.config, app, shutdown()).await;
             Ok(())
         }
         None => axum::serve(listener, app)
             .with_graceful_shutdown(shutdown())
             .await
             .map_err(ServeError::Http),
+    }
+}
+
+/// Re-reads the certificate files now and then: a renewed Secret is served
+/// without a restart, well before the old certificate expires.
+async fn reload_certificates(certs: Arc<tls::CertStore>, metrics: Arc<Metrics>) {
+    let mut every = tokio::time::interval(tls::RELOAD_INTERVAL);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        let result = match certs.reload() {
+            Ok(false) => continue,
+            Ok(true) => {
+                tracing::info!("TLS certificate reloaded");
+                "reloaded"
+            }
+            Err(e) => {
+                // The files may be mid-update; the working pair stays.
+                tracing::warn!(error = %e, label = e.label(), "cannot reload the TLS certificate; serving the previous one");
+                "error"
+            }
+        };
+        metrics
+            .tls_reloads
+            .get_or_create(&crate::metrics::ResultLabels { result })
+            .inc();
     }
 }
 

@@ -1,5 +1,5 @@
 use clap::{Parser, Subcommand};
-use remedy::config::Config;
+use remedy::config::{Config, TlsConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -23,6 +23,14 @@ enum Command {
     Serve {
         #[arg(long, env = "REMEDY_CONFIG")]
         config: PathBuf,
+        /// Serve HTTPS with this PEM certificate chain (overrides `tls` in
+        /// the config): lets a deployment mount a Secret without editing the
+        /// config file.
+        #[arg(long, env = "REMEDY_TLS_CERT_FILE", requires = "tls_key_file")]
+        tls_cert_file: Option<PathBuf>,
+        /// The PEM private key for --tls-cert-file.
+        #[arg(long, env = "REMEDY_TLS_KEY_FILE", requires = "tls_cert_file")]
+        tls_key_file: Option<PathBuf>,
     },
     /// Validate a config file and print the resolved profiles.
     CheckConfig { file: PathBuf },
@@ -86,14 +94,24 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     match cli.command {
-        Command::Serve { config } => {
-            let v = match Config::load(&config) {
+        Command::Serve {
+            config,
+            tls_cert_file,
+            tls_key_file,
+        } => {
+            let mut v = match Config::load(&config) {
                 Ok(v) => v,
                 Err(e) => {
                     eprintln!("error: {e}");
                     return ExitCode::from(2);
                 }
             };
+            if let (Some(cert_file), Some(key_file)) = (tls_cert_file, tls_key_file) {
+                v.config.tls = Some(TlsConfig {
+                    cert_file,
+                    key_file,
+                });
+            }
             match rt.block_on(remedy::app::serve(v)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

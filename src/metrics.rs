@@ -89,6 +89,11 @@ pub struct SignalLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WatchLabels {
     pub kind: String,
     pub r#type: &'static str,
@@ -214,6 +219,7 @@ pub struct Metrics {
     pub leader: Gauge,
     pub ready: Gauge,
     pub pending_actions: Gauge,
+    pub tls_reloads: Family<ResultLabels, Counter>,
     max_resource_series: usize,
     /// Per-resource series: crash count and backoff delay.
     tracked: RwLock<HashMap<ResourceKey, ResourceValues>>,
@@ -244,6 +250,7 @@ impl Metrics {
             leader: Gauge::default(),
             ready: Gauge::default(),
             pending_actions: Gauge::default(),
+            tls_reloads: Family::default(),
             max_resource_series,
             tracked: RwLock::default(),
             last_encoded: AtomicUsize::new(0),
@@ -345,6 +352,11 @@ impl Metrics {
             "remedy_pending_actions",
             "Actions planned and not yet carried out",
             m.pending_actions.clone(),
+        );
+        r.register(
+            "remedy_tls_reloads",
+            "Re-reads of the TLS certificate and key that found new files, by result (reloaded, error)",
+            m.tls_reloads.clone(),
         );
         r.register(
             "remedy_build",

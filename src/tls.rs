@@ -8,11 +8,16 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use std::fmt;
 use std::future::Future;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -22,6 +27,9 @@ use tokio_rustls::TlsAcceptor;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Same for a client that sends its headers byte by byte.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the certificate files are re-read. kubelet takes up to a minute
+/// or so to project an updated Secret; cert-manager renews weeks ahead.
+pub const RELOAD_INTERVAL: Duration = Duration::from_secs(30);
 /// On shutdown, in-flight requests get this long to finish.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after a failed accept (e.g. out of file descriptors), as
@@ -84,8 +92,15 @@ fn pem_error(field: &'static str, path: &Path, what: &str, e: pem::Error) -> Tls
 
 /// Reads and checks the certificate chain and key, so that a bad file stops
 /// startup with the reason rather than failing every handshake later.
-pub fn load(cfg: &TlsConfig) -> Result<Arc<ServerConfig>, TlsError> {
+fn read_pair(cfg: &TlsConfig, provider: &CryptoProvider) -> Result<Loaded, TlsError> {
     let cert_pem = read(CERT_FIELD, &cfg.cert_file)?;
+    let key_pem = read(KEY_FIELD, &cfg.key_file)?;
+    let digest = {
+        let mut h = DefaultHasher::new();
+        cert_pem.hash(&mut h);
+        key_pem.hash(&mut h);
+        h.finish()
+    };
     let certs = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| pem_error(CERT_FIELD, &cfg.cert_file, "certificate", e))?;
@@ -97,7 +112,6 @@ pub fn load(cfg: &TlsConfig) -> Result<Arc<ServerConfig>, TlsError> {
             pem::Error::NoItemsFound,
         ));
     }
-    let key_pem = read(KEY_FIELD, &cfg.key_file)?;
     let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
         pem_error(
             KEY_FIELD,
@@ -106,19 +120,98 @@ pub fn load(cfg: &TlsConfig) -> Result<Arc<ServerConfig>, TlsError> {
             e,
         )
     })?;
+    // Also checks that the key belongs to the leaf certificate.
+    let key = CertifiedKey::from_der(certs, key, provider).map_err(TlsError::Rejected)?;
+    Ok(Loaded {
+        key: Arc::new(key),
+        digest,
+    })
+}
+
+struct Loaded {
+    key: Arc<CertifiedKey>,
+    /// Of the file contents, to see a renewal without keeping the key twice.
+    digest: u64,
+}
+
+/// The certificate being served, re-read from its files by [`reload`]
+/// (cert-manager renews into the mounted Secret, kubelet swaps the files; a
+/// restart is not needed). A failed re-read keeps the certificate that works.
+///
+/// [`reload`]: CertStore::reload
+pub struct CertStore {
+    cfg: TlsConfig,
+    provider: Arc<CryptoProvider>,
+    current: RwLock<Loaded>,
+}
+
+impl fmt::Debug for CertStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CertStore").field("cfg", &self.cfg).finish()
+    }
+}
+
+impl CertStore {
+    /// Re-reads the files; `Ok(true)` when a new certificate is now served,
+    /// `Ok(false)` when the files did not change. On error nothing changes.
+    pub fn reload(&self) -> Result<bool, TlsError> {
+        let loaded = read_pair(&self.cfg, &self.provider)?;
+        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        if current.digest == loaded.digest {
+            return Ok(false);
+        }
+        *current = loaded;
+        Ok(true)
+    }
+
+    /// The leaf certificate being served (DER).
+    pub fn leaf(&self) -> Vec<u8> {
+        let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        current
+            .key
+            .end_entity_cert()
+            .map(|c| c.to_vec())
+            .unwrap_or_default()
+    }
+}
+
+impl ResolvesServerCert for CertStore {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        Some(current.key.clone())
+    }
+}
+
+/// The listener's TLS settings and the store its certificate comes from.
+#[derive(Debug)]
+pub struct Tls {
+    pub config: Arc<ServerConfig>,
+    pub certs: Arc<CertStore>,
+}
+
+/// Loads the certificate and key (a bad file stops startup with the reason
+/// rather than failing every handshake later) and builds the server config.
+pub fn load(cfg: &TlsConfig) -> Result<Tls, TlsError> {
     // ring, the provider kube's client already links; naming it explicitly
     // avoids depending on a process-wide default being installed.
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let loaded = read_pair(cfg, &provider)?;
+    let certs = Arc::new(CertStore {
+        cfg: cfg.clone(),
+        provider: provider.clone(),
+        current: RwLock::new(loaded),
+    });
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(TlsError::Rejected)?
         .with_no_client_auth()
-        // Also checks that the key belongs to the leaf certificate.
-        .with_single_cert(certs, key)
-        .map_err(TlsError::Rejected)?;
+        .with_cert_resolver(certs.clone());
     // Only HTTP/1 is served; saying so lets h2-preferring clients fall back.
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok(Tls {
+        config: Arc::new(config),
+        certs,
+    })
 }
 
 /// Serves `app` over TLS until `shutdown` completes, then lets open
@@ -205,8 +298,40 @@ mod tests {
         let ck = self_signed();
         std::fs::write(&c.cert_file, ck.cert.pem()).expect("write");
         std::fs::write(&c.key_file, ck.signing_key.serialize_pem()).expect("write");
-        let config = load(&c).expect("valid pair");
-        assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
+        let tls = load(&c).expect("valid pair");
+        assert_eq!(tls.config.alpn_protocols, vec![b"http/1.1".to_vec()]);
+        assert_eq!(tls.certs.leaf(), ck.cert.der().to_vec());
+    }
+
+    #[test]
+    fn reload_serves_a_renewed_pair_and_keeps_the_old_one_on_a_bad_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = cfg(dir.path());
+        let first = self_signed();
+        std::fs::write(&c.cert_file, first.cert.pem()).expect("write");
+        std::fs::write(&c.key_file, first.signing_key.serialize_pem()).expect("write");
+        let tls = load(&c).expect("valid pair");
+        assert!(
+            !tls.certs.reload().expect("unchanged"),
+            "no change, no reload"
+        );
+
+        // Half-renewed (new certificate, old key), as a reader may see it
+        // between two file writes: refused, the old pair stays.
+        let second = self_signed();
+        std::fs::write(&c.cert_file, second.cert.pem()).expect("write");
+        let e = tls.certs.reload().expect_err("mismatched pair");
+        assert_eq!(e.label(), "rejected");
+        assert_eq!(tls.certs.leaf(), first.cert.der().to_vec());
+
+        std::fs::write(&c.key_file, second.signing_key.serialize_pem()).expect("write");
+        assert!(tls.certs.reload().expect("renewed"));
+        assert_eq!(tls.certs.leaf(), second.cert.der().to_vec());
+        assert!(!tls.certs.reload().expect("unchanged"));
+
+        std::fs::remove_file(&c.key_file).expect("remove");
+        assert_eq!(tls.certs.reload().expect_err("gone").label(), "read");
+        assert_eq!(tls.certs.leaf(), second.cert.der().to_vec());
     }
 
     #[test]

@@ -66,7 +66,7 @@ fn trusting(ca_pem: &str, addr: SocketAddr) -> reqwest::Client {
 #[tokio::test]
 async fn serves_https_with_the_configured_certificate_and_refuses_plain_http() {
     let pki = pki();
-    let config = remedy::tls::load(&pki.cfg).expect("certificate and key load");
+    let tls = remedy::tls::load(&pki.cfg).expect("certificate and key load");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -76,7 +76,7 @@ async fn serves_https_with_the_configured_certificate_and_refuses_plain_http() {
         readiness: Arc::new(Ready),
     });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(remedy::tls::serve(listener, config, app, async {
+    let server = tokio::spawn(remedy::tls::serve(listener, tls.config, app, async {
         let _ = stopped.await;
     }));
 
@@ -134,6 +134,25 @@ async fn serves_https_with_the_configured_certificate_and_refuses_plain_http() {
         .await
         .expect("still serving after bad clients");
     assert_eq!(r.status(), 200);
+
+    // Renewal: new files (here from another CA, to tell them apart) are
+    // served to new connections after a reload, without a restart.
+    let renewed = self::pki();
+    std::fs::copy(&renewed.cfg.cert_file, &pki.cfg.cert_file).expect("copy cert");
+    std::fs::copy(&renewed.cfg.key_file, &pki.cfg.key_file).expect("copy key");
+    assert!(tls.certs.reload().expect("reload"), "new files seen");
+    let r = trusting(&renewed.ca_pem, addr)
+        .get(format!("https://localhost:{port}/healthz"))
+        .send()
+        .await
+        .expect("the renewed certificate is served");
+    assert_eq!(r.status(), 200);
+    let e = trusting(&pki.ca_pem, addr)
+        .get(format!("https://localhost:{port}/healthz"))
+        .send()
+        .await
+        .expect_err("the old certificate is no longer served");
+    assert!(e.is_connect(), "{e:?}");
 
     // Shutdown: stops accepting and returns once connections drained.
     idle.shutdown().await.expect("close idle");
@@ -263,7 +282,7 @@ async fn bearer_tokens_never_reach_the_logs() {
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(remedy::tls::serve(
         listener,
-        config,
+        config.config,
         app,
         std::future::pending(),
     ));
@@ -325,5 +344,93 @@ async fn bearer_tokens_never_reach_the_logs() {
     );
     for secret in [TOKEN, GUESS] {
         assert!(!text.contains(secret), "{secret} logged:\n{text}");
+    }
+}
+
+/// The deployment's way (deploy/components/tls): the certificate comes from
+/// REMEDY_TLS_CERT_FILE/REMEDY_TLS_KEY_FILE (a mounted Secret), not from the
+/// config file, and `remedy serve` answers HTTPS only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tls_environment_variables_turn_on_https() {
+    let cluster = crate::support::TestCluster::shared();
+    let ns = crate::support::namespace(&cluster.client().await, "tls-env").await;
+    let pki = pki();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = crate::support::free_port();
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen: 127.0.0.1:{port}\nnamespaces: [{ns}]\nprofiles: [bottlerocket-shadow]\nleader_election: {{enabled: false}}\n"
+        ),
+    )
+    .expect("config");
+    let run = |cert: &std::path::Path, key: Option<&std::path::Path>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_remedy"));
+        c.args(["serve", "--config"])
+            .arg(&cfg)
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .env("REMEDY_TLS_CERT_FILE", cert);
+        if let Some(k) = key {
+            c.env("REMEDY_TLS_KEY_FILE", k);
+        }
+        c
+    };
+
+    // Half a pair is refused by the argument parser, before anything starts.
+    let out = run(&pki.cfg.cert_file, None).output().expect("run remedy");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--tls-key-file"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A missing certificate named by the variable stops startup.
+    let missing = dir.path().join("missing.crt");
+    let out = run(&missing, Some(&pki.cfg.key_file))
+        .output()
+        .expect("run remedy");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("missing.crt"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let _remedy = KillOnDrop(
+        run(&pki.cfg.cert_file, Some(&pki.cfg.key_file))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn remedy"),
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let client = trusting(&pki.ca_pem, addr);
+    crate::support::eventually(Duration::from_secs(30), "ready over https", || {
+        let client = &client;
+        async move {
+            let r = client
+                .get(format!("https://localhost:{port}/readyz"))
+                .send()
+                .await
+                .ok()?;
+            (r.status() == 200).then_some(())
+        }
+    })
+    .await;
+    let plain = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/healthz"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await;
+    assert!(plain.is_err(), "plain HTTP got an answer: {plain:?}");
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
