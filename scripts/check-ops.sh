@@ -180,6 +180,52 @@ for e in errors:
 sys.exit(1 if errors else 0)
 PY
 
+# HTTPS (deploy/components/tls): the certificate cert-manager issues, the
+# files remedy reads, the probes and the ServiceMonitor must name each other.
+check "standalone-tls: certificate, mount, probes and ServiceMonitor agree" \
+  "$PYTHON" - "$render_dir/deploy_overlays_standalone-tls.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+def one(kind, name):
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"want one {kind} {name}, found {len(found)}"
+    return found[0]
+errors = []
+d = one("Deployment", "remedy")
+ns = d["metadata"]["namespace"]
+pod = d["spec"]["template"]["spec"]
+c = next(c for c in pod["containers"] if c["name"] == "remedy")
+env = {e["name"]: e.get("value") for e in c.get("env", [])}
+vols = {v["name"]: v for v in pod.get("volumes", [])}
+mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+cert = one("Certificate", "remedy-tls")
+for var, file in (("REMEDY_TLS_CERT_FILE", "tls.crt"), ("REMEDY_TLS_KEY_FILE", "tls.key")):
+    path = env.get(var) or ""
+    folder, _, base = path.rpartition("/")
+    secret = vols.get(mounts.get(folder), {}).get("secret", {}).get("secretName")
+    if base != file or secret != cert["spec"]["secretName"]:
+        errors.append(f"{var}={path!r} is not {file} of the mounted Secret {cert['spec']['secretName']}")
+for probe in ("livenessProbe", "readinessProbe"):
+    if c[probe]["httpGet"].get("scheme") != "HTTPS":
+        errors.append(f"{probe} is not HTTPS")
+ep = one("ServiceMonitor", "remedy")["spec"]["endpoints"][0]
+tls = ep.get("tlsConfig", {})
+svc = one("Service", "remedy")
+if ep.get("scheme") != "https":
+    errors.append("ServiceMonitor does not scrape https")
+if tls.get("ca", {}).get("secret") != {"name": cert["spec"]["secretName"], "key": "ca.crt"}:
+    errors.append(f"ServiceMonitor CA {tls.get('ca')} is not ca.crt of {cert['spec']['secretName']}")
+want = f"{svc['metadata']['name']}.{ns}.svc"
+if tls.get("serverName") != want or want not in cert["spec"]["dnsNames"]:
+    errors.append(f"serverName {tls.get('serverName')} != {want}, or not in dnsNames {cert['spec']['dnsNames']}")
+for cr in (d for d in docs if d["kind"] == "Certificate"):
+    ref = cr["spec"]["issuerRef"]
+    one(ref["kind"], ref["name"])
+for e in errors:
+    print(e)
+sys.exit(1 if errors else 0)
+PY
+
 # Optional: validate both config.yaml files with the real binary when one is
 # given (REMEDY=target/debug/remedy scripts/check-ops.sh); off by default so
 # these checks need no Rust build.

@@ -1,8 +1,9 @@
-//! `deploy/` is valid for a real apiserver: both kustomize overlays are
+//! `deploy/` is valid for a real apiserver: every kustomize overlay is
 //! rendered with kubectl and every object is sent as a server-side dry-run
 //! apply, so the apiserver checks each kind, schema and field. The
-//! prometheus-operator CRDs here are schema-less stand-ins (testenv/crds), so
-//! for ServiceMonitor and PrometheusRule only kind and metadata are checked.
+//! prometheus-operator and cert-manager CRDs here are schema-less stand-ins
+//! (testenv/crds), so for ServiceMonitor, PrometheusRule, Certificate and
+//! Issuer only kind and metadata are checked.
 
 use crate::support::objects::apply_manifest;
 use crate::support::{TestCluster, repo};
@@ -31,13 +32,17 @@ fn render(overlay: &str) -> Vec<DynamicObject> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn both_overlays_pass_a_server_side_dry_run() {
+async fn every_overlay_passes_a_server_side_dry_run() {
     let client = TestCluster::shared().client().await;
     let discovery = Discovery::new(client.clone())
         .run()
         .await
         .expect("discovery");
-    for overlay in ["deploy/overlays/standalone", "deploy/overlays/sidecar"] {
+    for overlay in [
+        "deploy/overlays/standalone",
+        "deploy/overlays/standalone-tls",
+        "deploy/overlays/sidecar",
+    ] {
         let objects = render(overlay);
         assert!(
             objects.len() >= 8,
@@ -86,6 +91,11 @@ async fn both_overlays_pass_a_server_side_dry_run() {
                 kinds.iter().any(|k| k == want),
                 "{overlay}: no {want} in {kinds:?}"
             );
+        }
+        if overlay.ends_with("-tls") {
+            for want in ["Certificate", "Issuer"] {
+                assert!(kinds.iter().any(|k| k == want), "{overlay}: no {want}");
+            }
         }
     }
 }
