@@ -355,7 +355,7 @@ impl Metrics {
         );
         r.register(
             "remedy_tls_reloads",
-            "Re-reads of the TLS certificate and key that found new files, by result (reloaded, error)",
+            "Re-reads of the TLS certificate files that loaded a new pair (reloaded) or failed (error)",
             m.tls_reloads.clone(),
         );
         r.register(
