@@ -1,6 +1,8 @@
 //! One kube-runtime watcher per profile (and namespace, when namespaces are
 //! restricted). Relists and 410 Gone are handled by kube-runtime; here each
 //! event is projected into the store and the full object dropped at once.
+//! A 410 is counted as `type="expired"`, apart from real errors, so a relist
+//! forced by etcd compaction is visible without looking like a failure.
 
 use crate::profile::Profile;
 use crate::store::Store;
@@ -46,6 +48,20 @@ pub fn stream_ids(profiles: &[Profile], namespaces: &[String]) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// The `type` label of `remedy_watch_events_total` for a watcher error.
+/// `expired` is a 410 Gone event on an open watch: the resourceVersion
+/// remedy resumed from was compacted away and kube-runtime relists from
+/// scratch. Everything else is `error`, a 410 on a failed request included
+/// (the watch request itself, which kube-runtime retries with the same
+/// resourceVersion instead of relisting, or an expired list page): those
+/// are requests that failed, not the expected end of a watch.
+pub fn error_type(e: &watcher::Error) -> &'static str {
+    match e {
+        watcher::Error::WatchError(s) if s.code == 410 => "expired",
+        _ => "error",
+    }
 }
 
 /// Runs until the stream ends (it does not: kube-runtime retries with backoff).
@@ -97,9 +113,64 @@ pub async fn run(client: Client, store: Arc<Store>, profile: usize, namespace: O
                 }
             }
             Err(e) => {
-                metrics.watch_event(&kind, "error");
-                tracing::warn!(stream = %id, error = %e, "watch error; kube-runtime retries with backoff");
+                let t = error_type(&e);
+                metrics.watch_event(&kind, t);
+                if t == "expired" {
+                    // Expected after a long disconnect: the next events are a
+                    // fresh list, and `InitDone` drops what was deleted meanwhile.
+                    tracing::info!(stream = %id, error = %e, "watch expired (410 Gone): relisting");
+                } else {
+                    tracing::warn!(stream = %id, error = %e, "watch error; kube-runtime retries with backoff");
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn status(code: u16, reason: &str) -> Box<Status> {
+        Box::new(Status {
+            code,
+            reason: reason.into(),
+            message: "too old resource version: 1 (2)".into(),
+            ..Status::default()
+        })
+    }
+
+    #[test]
+    fn watch_410_is_expired_everything_else_an_error() {
+        use watcher::Error as E;
+        assert_eq!(
+            error_type(&E::WatchError(status(410, "Expired"))),
+            "expired"
+        );
+        // The code decides, as it does for kube-runtime's relist.
+        assert_eq!(error_type(&E::WatchError(status(410, ""))), "expired");
+        assert_eq!(
+            error_type(&E::WatchError(status(500, "InternalError"))),
+            "error"
+        );
+        assert_eq!(
+            error_type(&E::WatchError(status(403, "Forbidden"))),
+            "error"
+        );
+        // Failed requests, not an open watch ending: still errors.
+        assert_eq!(
+            error_type(&E::WatchStartFailed(kube::Error::Api(status(
+                410, "Expired"
+            )))),
+            "error"
+        );
+        assert_eq!(
+            error_type(&E::InitialListFailed(kube::Error::Api(status(
+                410, "Expired"
+            )))),
+            "error"
+        );
+        assert_eq!(error_type(&E::NoResourceVersion), "error");
     }
 }

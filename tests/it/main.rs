@@ -14,4 +14,5 @@ mod stack;
 mod support;
 mod throttle;
 mod tls;
+mod watch_expiry;
 mod watch_restart;

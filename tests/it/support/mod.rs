@@ -29,6 +29,13 @@ pub struct TestCluster {
 impl TestCluster {
     /// Starts a private cluster (for tests that restart the apiserver).
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A private cluster whose kube-apiserver gets `apiserver_args` after
+    /// testenv's own flags (the last occurrence of a flag wins), e.g.
+    /// `--watch-cache=false`.
+    pub fn start_with(apiserver_args: &[&str]) -> Self {
         let bin = repo().join("testenv/bin/remedy-testenv");
         assert!(
             bin.exists(),
@@ -45,6 +52,12 @@ impl TestCluster {
         let child = Command::new(&bin)
             .args(["up", "--lifeline-stdin", "--dir"])
             .arg(&dir)
+            .args(
+                (!apiserver_args.is_empty())
+                    .then_some("--")
+                    .into_iter()
+                    .chain(apiserver_args.iter().copied()),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("harness.log")).expect("log file"))
@@ -234,7 +247,27 @@ impl Remedy {
         }
     }
 
+    /// SIGSTOP: the process keeps its sockets but reads and writes nothing
+    /// until [`Remedy::resume`], like a long GC pause or a frozen node.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`Remedy::freeze`].
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {sig} remedy");
+    }
+
     pub fn kill(&mut self) {
+        // SIGKILL also ends a frozen (SIGSTOPped) process.
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
