@@ -2,13 +2,26 @@
 //! followers watch and export metrics. The flag is checked before every
 //! write, so a leader that loses its lease stops mid-release and the new
 //! leader carries on from what the objects themselves record.
+//!
+//! kube-lease-manager's `watch()` keeps its last state while the apiserver
+//! cannot be reached (errors only log and back off), so its "leader" alone
+//! would let a partitioned instance go on writing after another one took
+//! the Lease. Leadership therefore also expires locally: it lasts only as
+//! long as the last read of the Lease that showed us as holder allows
+//! (renewal + lease duration − margin, see [`Hold`]), and `is_leader()`
+//! compares that deadline with the monotonic clock when it is called, so it
+//! expires even if no task gets to run.
 
 use crate::config::LeaderConfig;
 use crate::metrics::Metrics;
-use kube::Client;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
 use kube_lease_manager::LeaseManagerBuilder;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
@@ -22,21 +35,293 @@ impl LeaderError {
     }
 }
 
-/// Shared "am I the leader" flag.
+/// A read of the Lease that could not confirm the hold. It changes nothing:
+/// the deadline set by the last good read keeps running out.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfirmError {
+    #[error("reading the Lease took longer than {0:?}")]
+    Timeout(Duration),
+    #[error("reading the Lease: {0}")]
+    Api(#[from] kube::Error),
+}
+
+impl ConfirmError {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Timeout(_) => "timeout",
+            Self::Api(_) => "api",
+        }
+    }
+}
+
+/// Timings derived from the configured lease duration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// Lease duration in whole seconds, as the Lease stores it.
+    pub lease_secs: u64,
+    /// kube-lease-manager renews when this much of the lease is left.
+    pub grace_secs: u64,
+    /// How often the holder reads the Lease back; also that read's timeout.
+    pub confirm_every: Duration,
+    /// Taken off every confirmed deadline: covers clock skew against the
+    /// other candidates (they compare their wall clock with our renewTime)
+    /// and a write already on its way when the deadline passes.
+    pub margin: Duration,
+}
+
+impl Timing {
+    pub fn for_lease(lease_duration: Duration) -> Self {
+        let lease_secs = lease_duration.as_secs().max(2);
+        // Renew with two thirds of the lease left (client-go's 15 s / 10 s):
+        // each renewal must be read back before the previous one's deadline,
+        // which is the lease less the margin.
+        let grace_secs = (lease_secs * 2).div_ceil(3).min(lease_secs - 1);
+        let lease = Duration::from_secs(lease_secs);
+        Self {
+            lease_secs,
+            grace_secs,
+            confirm_every: lease / 10,
+            margin: lease / 6,
+        }
+    }
+}
+
+/// What one read of the Lease showed about this instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// We hold it: renewed at `renewed` (wall clock, as the Lease records
+    /// it) for `duration`.
+    Ours {
+        renewed: SystemTime,
+        duration: Duration,
+    },
+    /// Someone else holds it, nobody does, or it names us without a renewal
+    /// time (which other candidates treat as expired).
+    Other { holder: Option<String> },
+}
+
+/// What the Lease says about `identity`. Pure, so it is tested without an
+/// apiserver.
+pub fn seen(lease: &Lease, identity: &str) -> Seen {
+    let spec = lease.spec.as_ref();
+    let holder = spec.and_then(|s| s.holder_identity.clone());
+    if holder.as_deref() == Some(identity)
+        && let Some(s) = spec
+        && let (Some(renewed), Some(secs)) = (&s.renew_time, s.lease_duration_seconds)
+        && let Ok(secs) = u64::try_from(secs)
+        && secs > 0
+    {
+        return Seen::Ours {
+            renewed: SystemTime::from(renewed.0),
+            duration: Duration::from_secs(secs),
+        };
+    }
+    Seen::Other { holder }
+}
+
+/// Why this instance does not lead right now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// The lease manager does not hold the lease.
+    NotElected,
+    /// Elected, but no read has confirmed it yet.
+    Unconfirmed,
+    /// The last confirmation ran out; `unconfirmed_for` is the time since
+    /// the read that gave it started.
+    Expired { unconfirmed_for: Duration },
+    /// The last read showed another holder, or none.
+    NotOurs { holder: Option<String> },
+}
+
+impl Why {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::NotElected => "not_elected",
+            Self::Unconfirmed => "unconfirmed",
+            Self::Expired { .. } => "expired",
+            Self::NotOurs { .. } => "not_ours",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Leader { left: Duration },
+    Follower(Why),
+}
+
+impl Verdict {
+    pub fn is_leader(&self) -> bool {
+        matches!(self, Self::Leader { .. })
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Leader { .. } => "leader",
+            Self::Follower(w) => w.label(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Confirmation {
+    None,
+    Until {
+        valid_until: Instant,
+        /// Start of the read that confirmed it.
+        confirmed_at: Instant,
+    },
+    NotOurs(Option<String>),
+}
+
+/// The decision, without I/O or a clock of its own: time comes in as
+/// arguments, so tests drive it with made-up instants.
+///
+/// Leader only while the lease manager says so AND a read of the Lease
+/// showed us as holder recently enough that no other candidate may have
+/// taken it: until renewTime + leaseDuration − margin, converted to our
+/// monotonic clock at the start of that read.
 #[derive(Clone, Debug)]
-pub struct Leadership(Arc<AtomicBool>);
+pub struct Hold {
+    margin: Duration,
+    elected: bool,
+    confirmation: Confirmation,
+    last_error: Option<&'static str>,
+}
+
+impl Hold {
+    pub fn new(margin: Duration) -> Self {
+        Self {
+            margin,
+            elected: false,
+            confirmation: Confirmation::None,
+            last_error: None,
+        }
+    }
+
+    pub fn elected(&self) -> bool {
+        self.elected
+    }
+
+    /// The lease manager's view. A change either way needs a fresh
+    /// confirmation: a read from before it says nothing about the new term.
+    pub fn set_elected(&mut self, elected: bool) {
+        if elected != self.elected {
+            self.elected = elected;
+            self.confirmation = Confirmation::None;
+        }
+    }
+
+    /// A read that started at `started` (monotonic) / `started_wall` (wall
+    /// clock, taken just after) showed `seen`.
+    pub fn observe(&mut self, started: Instant, started_wall: SystemTime, seen: Seen) {
+        if !self.elected {
+            return;
+        }
+        self.last_error = None;
+        self.confirmation = match seen {
+            Seen::Ours { renewed, duration } => {
+                // The Lease protocol compares wall clocks (others take over at
+                // renewTime + duration on theirs), so the renewal's age is a
+                // wall-clock difference; a renewal "in the future" (skew, or
+                // written while we read) counts as now, never longer.
+                let age = started_wall
+                    .duration_since(renewed)
+                    .unwrap_or(Duration::ZERO);
+                let left = duration.saturating_sub(age).saturating_sub(self.margin);
+                Confirmation::Until {
+                    valid_until: started + left,
+                    confirmed_at: started,
+                }
+            }
+            Seen::Other { holder } => Confirmation::NotOurs(holder),
+        };
+    }
+
+    /// A read failed: nothing is extended; kept only to say why in the logs.
+    pub fn failed(&mut self, label: &'static str) {
+        self.last_error = Some(label);
+    }
+
+    pub fn last_error(&self) -> Option<&'static str> {
+        self.last_error
+    }
+
+    /// The deadline, while one is set and we are elected.
+    pub fn valid_until(&self) -> Option<Instant> {
+        match self.confirmation {
+            Confirmation::Until { valid_until, .. } if self.elected => Some(valid_until),
+            _ => None,
+        }
+    }
+
+    pub fn verdict(&self, now: Instant) -> Verdict {
+        if !self.elected {
+            return Verdict::Follower(Why::NotElected);
+        }
+        match &self.confirmation {
+            Confirmation::None => Verdict::Follower(Why::Unconfirmed),
+            Confirmation::NotOurs(holder) => Verdict::Follower(Why::NotOurs {
+                holder: holder.clone(),
+            }),
+            Confirmation::Until {
+                valid_until,
+                confirmed_at,
+            } => match valid_until.checked_duration_since(now) {
+                Some(left) if !left.is_zero() => Verdict::Leader { left },
+                _ => Verdict::Follower(Why::Expired {
+                    unconfirmed_for: now.saturating_duration_since(*confirmed_at),
+                }),
+            },
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Inner {
+    /// Leader election disabled (always leads) or a fixed answer for tests
+    /// and one-shot commands.
+    Fixed(bool),
+    Elected(Mutex<Hold>),
+}
+
+/// Shared "am I the leader", checked right before every write.
+#[derive(Clone, Debug)]
+pub struct Leadership(Arc<Inner>);
 
 impl Leadership {
     pub fn fixed(leader: bool) -> Self {
-        Self(Arc::new(AtomicBool::new(leader)))
+        Self(Arc::new(Inner::Fixed(leader)))
     }
 
+    fn elected(margin: Duration) -> Self {
+        Self(Arc::new(Inner::Elected(Mutex::new(Hold::new(margin)))))
+    }
+
+    /// Decided at call time against the monotonic clock: a write is refused
+    /// the moment the deadline passes, whether or not any task ran since.
     pub fn is_leader(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.verdict(Instant::now()).is_leader()
     }
 
-    pub fn set(&self, leader: bool) {
-        self.0.store(leader, Ordering::SeqCst);
+    pub fn verdict(&self, now: Instant) -> Verdict {
+        match &*self.0 {
+            Inner::Fixed(true) => Verdict::Leader {
+                left: Duration::MAX,
+            },
+            Inner::Fixed(false) => Verdict::Follower(Why::NotElected),
+            // A poisoned lock means an update panicked half-way: follow.
+            Inner::Elected(hold) => hold
+                .lock()
+                .map_or(Verdict::Follower(Why::Unconfirmed), |h| h.verdict(now)),
+        }
+    }
+
+    fn with_hold<T>(&self, f: impl FnOnce(&mut Hold) -> T) -> Option<T> {
+        match &*self.0 {
+            Inner::Fixed(_) => None,
+            Inner::Elected(hold) => hold.lock().ok().map(|mut h| f(&mut h)),
+        }
     }
 }
 
@@ -48,46 +333,447 @@ pub fn identity() -> String {
     })
 }
 
-/// Starts the election; the returned flag follows the lease.
+/// Starts the election; the returned flag follows the lease and expires on
+/// its own when the hold cannot be confirmed.
 pub async fn start(
     client: Client,
     cfg: &LeaderConfig,
     identity: String,
     metrics: Arc<Metrics>,
 ) -> Result<Leadership, LeaderError> {
-    let flag = Leadership::fixed(!cfg.enabled);
-    metrics.leader.set(i64::from(flag.is_leader()));
     if !cfg.enabled {
-        return Ok(flag);
+        metrics.leader.set(1);
+        return Ok(Leadership::fixed(true));
     }
-    let duration = cfg.lease_duration.as_secs().max(2);
-    // Renew well before expiry: a third of the lease, at least one second.
-    let grace = (duration / 3).max(1);
-    let manager = LeaseManagerBuilder::new(client, &cfg.lease_name)
+    metrics.leader.set(0);
+    let timing = Timing::for_lease(cfg.lease_duration);
+    let manager = LeaseManagerBuilder::new(client.clone(), &cfg.lease_name)
         .with_namespace(&cfg.namespace)
         .with_identity(&identity)
-        .with_duration(duration)
-        .with_grace(grace)
+        .with_duration(timing.lease_secs)
+        .with_grace(timing.grace_secs)
         .build()
         .await?;
-    let (mut rx, _task) = manager.watch().await;
-    let f = flag.clone();
-    tokio::spawn(async move {
-        loop {
-            let leader = *rx.borrow_and_update();
-            if leader != f.is_leader() {
-                tracing::info!(identity = %identity, leader, "leadership changed");
+    let (rx, _task) = manager.watch().await;
+    let leadership = Leadership::elected(timing.margin);
+    let reader = LeaseReader {
+        api: Api::namespaced(client, &cfg.namespace),
+        name: cfg.lease_name.clone(),
+        identity: identity.clone(),
+        timeout: timing.confirm_every,
+    };
+    let wake = Arc::new(Notify::new());
+    let changed = Arc::new(Notify::new());
+    let confirmer = tokio::spawn(confirm(
+        reader,
+        leadership.clone(),
+        timing.confirm_every,
+        wake.clone(),
+        changed.clone(),
+    ));
+    tokio::spawn(follow(
+        rx,
+        leadership.clone(),
+        metrics,
+        identity,
+        wake,
+        changed,
+        confirmer,
+    ));
+    Ok(leadership)
+}
+
+struct LeaseReader {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    timeout: Duration,
+}
+
+impl LeaseReader {
+    async fn read(&self) -> Result<Seen, ConfirmError> {
+        // Bounded: kube has no read timeout, and a partition makes requests
+        // hang rather than fail.
+        let lease = tokio::time::timeout(self.timeout, self.api.get(&self.name))
+            .await
+            .map_err(|_| ConfirmError::Timeout(self.timeout))??;
+        Ok(seen(&lease, &self.identity))
+    }
+}
+
+/// Reads the Lease back every `every` while elected (at once when `wake`d)
+/// and records what it showed.
+async fn confirm(
+    reader: LeaseReader,
+    leadership: Leadership,
+    every: Duration,
+    wake: Arc<Notify>,
+    changed: Arc<Notify>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = wake.notified() => {}
+        }
+        if !leadership.with_hold(|h| h.elected()).unwrap_or(false) {
+            continue;
+        }
+        // Monotonic first, wall second: any gap makes the renewal look
+        // older and the deadline earlier, never later.
+        let started = Instant::now();
+        let started_wall = SystemTime::now();
+        match reader.read().await {
+            Ok(s) => {
+                leadership.with_hold(|h| h.observe(started, started_wall, s));
             }
-            f.set(leader);
-            metrics.leader.set(i64::from(leader));
-            if rx.changed().await.is_err() {
-                // The lease task ended: stop acting rather than guess.
-                f.set(false);
-                metrics.leader.set(0);
-                tracing::error!("lease manager stopped; acting as follower");
-                return;
+            Err(e) => {
+                tracing::debug!(error = %e, label = e.label(), "lease hold not confirmed");
+                leadership.with_hold(|h| h.failed(e.label()));
             }
         }
-    });
-    Ok(flag)
+        changed.notify_one();
+    }
+}
+
+/// Follows the lease manager and keeps `remedy_leader` and the logs in step
+/// with the verdict, including the moment the deadline passes.
+async fn follow(
+    mut rx: watch::Receiver<bool>,
+    leadership: Leadership,
+    metrics: Arc<Metrics>,
+    identity: String,
+    wake: Arc<Notify>,
+    changed: Arc<Notify>,
+    confirmer: JoinHandle<()>,
+) {
+    let elected = *rx.borrow_and_update();
+    leadership.with_hold(|h| h.set_elected(elected));
+    let mut shown = None;
+    loop {
+        report(&leadership, &metrics, &identity, &mut shown);
+        let expiry = leadership
+            .with_hold(|h| h.valid_until())
+            .flatten()
+            .filter(|t| *t > Instant::now());
+        tokio::select! {
+            r = rx.changed() => match r {
+                Ok(()) => {
+                    let elected = *rx.borrow_and_update();
+                    leadership.with_hold(|h| h.set_elected(elected));
+                    if elected {
+                        wake.notify_one();
+                    }
+                }
+                Err(_) => {
+                    // The lease task ended: stop acting rather than guess.
+                    confirmer.abort();
+                    leadership.with_hold(|h| h.set_elected(false));
+                    metrics.leader.set(0);
+                    tracing::error!(identity = %identity, "lease manager stopped; acting as follower");
+                    return;
+                }
+            },
+            () = changed.notified() => {}
+            () = sleep_until(expiry) => {}
+        }
+    }
+}
+
+async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sets the metric; logs when the verdict's kind changes.
+fn report(
+    leadership: &Leadership,
+    metrics: &Metrics,
+    identity: &str,
+    shown: &mut Option<&'static str>,
+) {
+    let verdict = leadership.verdict(Instant::now());
+    metrics.leader.set(i64::from(verdict.is_leader()));
+    if *shown == Some(verdict.label()) {
+        return;
+    }
+    *shown = Some(verdict.label());
+    let last_error = leadership.with_hold(|h| h.last_error()).flatten();
+    match verdict {
+        Verdict::Leader { left } => {
+            tracing::info!(identity, valid_for = ?left, "leading: lease held and confirmed");
+        }
+        Verdict::Follower(Why::NotElected) => {
+            tracing::info!(identity, "not the lease holder; acting as follower");
+        }
+        Verdict::Follower(Why::Unconfirmed) => {
+            tracing::info!(identity, "lease won, not confirmed yet; acting as follower");
+        }
+        Verdict::Follower(Why::Expired { unconfirmed_for }) => {
+            tracing::warn!(
+                identity,
+                last_error,
+                "lease not confirmed for {}s; acting as follower",
+                unconfirmed_for.as_secs()
+            );
+        }
+        Verdict::Follower(Why::NotOurs { holder }) => {
+            tracing::warn!(
+                identity,
+                holder = holder.as_deref().unwrap_or("nobody"),
+                "the Lease names another holder; acting as follower"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    const S: Duration = Duration::from_secs(1);
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A made-up pair of clocks: `t0` monotonic, `w0` the wall time then.
+    fn clocks() -> (Instant, SystemTime) {
+        (
+            Instant::now(),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        )
+    }
+
+    fn ours(renewed: SystemTime, duration: Duration) -> Seen {
+        Seen::Ours { renewed, duration }
+    }
+
+    fn elected(margin: Duration) -> Hold {
+        let mut h = Hold::new(margin);
+        h.set_elected(true);
+        h
+    }
+
+    #[test]
+    fn timing_lets_every_renewal_be_read_back_before_the_deadline() {
+        for secs in 2..=600 {
+            let t = Timing::for_lease(Duration::from_secs(secs));
+            let lease = Duration::from_secs(t.lease_secs);
+            assert!(t.grace_secs >= 1 && t.grace_secs < t.lease_secs, "{t:?}");
+            // Next renewal + one read interval, against lease − margin, with
+            // at least a fifth of the lease left for the two requests.
+            let renew_every = Duration::from_secs(t.lease_secs - t.grace_secs);
+            let needed = renew_every + t.confirm_every + t.margin;
+            assert!(needed + lease / 5 <= lease, "{t:?}");
+        }
+        assert_eq!(Timing::for_lease(Duration::ZERO).lease_secs, 2);
+        let t = Timing::for_lease(Duration::from_secs(3));
+        assert_eq!(
+            (t.grace_secs, t.confirm_every, t.margin),
+            (2, 300 * MS, 500 * MS)
+        );
+    }
+
+    #[test]
+    fn a_confirmed_hold_lasts_until_renewal_plus_duration_minus_margin() {
+        let (t0, w0) = clocks();
+        let mut h = elected(500 * MS);
+        h.observe(t0, w0, ours(w0 - S, 3 * S));
+        assert_eq!(h.valid_until(), Some(t0 + 1500 * MS));
+        assert_eq!(h.verdict(t0), Verdict::Leader { left: 1500 * MS });
+        assert!(h.verdict(t0 + 1499 * MS).is_leader());
+        assert_eq!(
+            h.verdict(t0 + 1500 * MS),
+            Verdict::Follower(Why::Expired {
+                unconfirmed_for: 1500 * MS
+            })
+        );
+    }
+
+    #[test]
+    fn a_partitioned_leader_expires_without_any_further_input() {
+        let (t0, w0) = clocks();
+        let mut h = elected(500 * MS);
+        // Renewed every second and read back, then the apiserver is gone:
+        // reads fail, the lease manager still says "leader".
+        for i in 0..5u32 {
+            h.observe(t0 + i * S, w0 + i * S, ours(w0 + i * S - 100 * MS, 3 * S));
+            assert!(h.verdict(t0 + i * S + 900 * MS).is_leader());
+        }
+        h.failed("timeout");
+        h.failed("timeout");
+        let last_renewal = t0 + 4 * S - 100 * MS;
+        assert!(h.verdict(last_renewal + 2499 * MS).is_leader());
+        assert!(!h.verdict(last_renewal + 2500 * MS).is_leader());
+        assert!(!h.verdict(last_renewal + 3600 * S).is_leader());
+        assert!(
+            h.elected(),
+            "the lease manager's view is not needed for this"
+        );
+        assert_eq!(h.last_error(), Some("timeout"));
+    }
+
+    #[test]
+    fn an_expired_lease_still_naming_us_is_not_leadership() {
+        let (t0, w0) = clocks();
+        let mut h = elected(500 * MS);
+        h.observe(t0, w0, ours(w0 - 5 * S, 3 * S));
+        assert_eq!(
+            h.verdict(t0),
+            Verdict::Follower(Why::Expired {
+                unconfirmed_for: Duration::ZERO
+            })
+        );
+        // Within the margin of expiry counts as expired too.
+        h.observe(t0, w0, ours(w0 - 2600 * MS, 3 * S));
+        assert!(!h.verdict(t0).is_leader());
+    }
+
+    #[test]
+    fn a_renewal_in_the_future_never_lasts_longer_than_the_duration() {
+        let (t0, w0) = clocks();
+        let mut h = elected(500 * MS);
+        h.observe(t0, w0, ours(w0 + 60 * S, 3 * S));
+        assert_eq!(h.valid_until(), Some(t0 + 2500 * MS));
+    }
+
+    #[test]
+    fn the_latest_read_wins_even_when_it_shortens_the_hold() {
+        let (t0, w0) = clocks();
+        let mut h = elected(500 * MS);
+        h.observe(t0, w0, ours(w0, 3 * S));
+        h.observe(t0 + S, w0 + S, ours(w0, 2 * S));
+        assert_eq!(h.valid_until(), Some(t0 + 1500 * MS));
+    }
+
+    #[test]
+    fn another_holder_ends_leadership_at_once() {
+        let (t0, w0) = clocks();
+        let mut h = elected(500 * MS);
+        h.observe(t0, w0, ours(w0, 3 * S));
+        h.observe(
+            t0 + S,
+            w0 + S,
+            Seen::Other {
+                holder: Some("b".into()),
+            },
+        );
+        assert_eq!(
+            h.verdict(t0 + S),
+            Verdict::Follower(Why::NotOurs {
+                holder: Some("b".into())
+            })
+        );
+        assert_eq!(h.valid_until(), None);
+    }
+
+    #[test]
+    fn the_lease_managers_view_is_required_and_each_term_needs_its_own_read() {
+        let (t0, w0) = clocks();
+        let mut h = Hold::new(500 * MS);
+        assert_eq!(h.verdict(t0), Verdict::Follower(Why::NotElected));
+        // A read finishing while not elected counts for nothing.
+        h.observe(t0, w0, ours(w0, 3 * S));
+        h.set_elected(true);
+        assert_eq!(h.verdict(t0), Verdict::Follower(Why::Unconfirmed));
+        h.observe(t0, w0, ours(w0, 3 * S));
+        assert!(h.verdict(t0 + S).is_leader());
+        h.set_elected(true);
+        assert!(h.verdict(t0 + S).is_leader(), "no change, no reset");
+        h.set_elected(false);
+        assert_eq!(h.verdict(t0 + S), Verdict::Follower(Why::NotElected));
+        assert_eq!(h.valid_until(), None);
+        h.set_elected(true);
+        assert_eq!(h.verdict(t0 + S), Verdict::Follower(Why::Unconfirmed));
+    }
+
+    #[test]
+    fn fixed_leadership_does_not_expire() {
+        let far = Instant::now() + 3600 * S;
+        assert!(Leadership::fixed(true).verdict(far).is_leader());
+        assert!(!Leadership::fixed(false).is_leader());
+        assert_eq!(Leadership::fixed(false).verdict(far).label(), "not_elected");
+    }
+
+    #[test]
+    fn elected_leadership_starts_as_follower() {
+        let l = Leadership::elected(500 * MS);
+        assert!(!l.is_leader());
+        l.with_hold(|h| h.set_elected(true));
+        assert_eq!(l.verdict(Instant::now()).label(), "unconfirmed");
+    }
+
+    fn lease(holder: Option<&str>, renewed: Option<SystemTime>, secs: Option<i32>) -> Lease {
+        Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(Into::into),
+                renew_time: renewed.map(|t| MicroTime(t.try_into().unwrap())),
+                lease_duration_seconds: secs,
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        }
+    }
+
+    #[test]
+    fn what_a_lease_says_about_us() {
+        let (_, w0) = clocks();
+        assert_eq!(
+            seen(&lease(Some("a"), Some(w0), Some(3)), "a"),
+            ours(w0, 3 * S)
+        );
+        assert_eq!(
+            seen(&lease(Some("b"), Some(w0), Some(3)), "a"),
+            Seen::Other {
+                holder: Some("b".into())
+            }
+        );
+        assert_eq!(
+            seen(&lease(None, None, None), "a"),
+            Seen::Other { holder: None }
+        );
+        assert_eq!(seen(&Lease::default(), "a"), Seen::Other { holder: None });
+        for (renewed, secs) in [
+            (None, Some(3)),
+            (Some(w0), None),
+            (Some(w0), Some(0)),
+            (Some(w0), Some(-1)),
+        ] {
+            assert_eq!(
+                seen(&lease(Some("a"), renewed, secs), "a"),
+                Seen::Other {
+                    holder: Some("a".into())
+                },
+                "{renewed:?} {secs:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn labels_are_stable() {
+        let labels: Vec<_> = [
+            Verdict::Leader { left: S },
+            Verdict::Follower(Why::NotElected),
+            Verdict::Follower(Why::Unconfirmed),
+            Verdict::Follower(Why::Expired { unconfirmed_for: S }),
+            Verdict::Follower(Why::NotOurs { holder: None }),
+        ]
+        .iter()
+        .map(Verdict::label)
+        .collect();
+        assert_eq!(
+            labels,
+            [
+                "leader",
+                "not_elected",
+                "unconfirmed",
+                "expired",
+                "not_ours"
+            ]
+        );
+        assert_eq!(ConfirmError::Timeout(S).label(), "timeout");
+    }
 }

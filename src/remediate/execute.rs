@@ -285,7 +285,8 @@ impl Executor {
             secondary: None,
         };
         // An Event is a report, not part of the action: failing to write it
-        // must not fail or repeat the action.
+        // must not fail or repeat the action. Not leader-gated for the same
+        // reason: it reports a write this instance made while it led.
         if let Err(e) = self.recorder.publish(&ev, &reference).await {
             tracing::warn!(error = %e, reason, "could not publish Event");
         }

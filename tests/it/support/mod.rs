@@ -4,6 +4,7 @@
 
 pub mod objects;
 pub mod procs;
+pub mod proxy;
 
 pub use procs::free_port;
 
@@ -198,6 +199,12 @@ pub struct Remedy {
 
 impl Remedy {
     pub fn serve(cluster: &TestCluster, config_yaml: &str) -> Self {
+        Self::serve_with_kubeconfig(&cluster.kubeconfig, config_yaml)
+    }
+
+    /// As [`Remedy::serve`], talking to the apiserver through `kubeconfig`
+    /// (e.g. one that goes through a [`proxy::Proxy`]).
+    pub fn serve_with_kubeconfig(kubeconfig: &Path, config_yaml: &str) -> Self {
         let tmp = tempfile::tempdir().expect("tempdir");
         let port = free_port();
         let config = tmp.path().join("config.yaml");
@@ -207,7 +214,7 @@ impl Remedy {
         let child = Command::new(env!("CARGO_BIN_EXE_remedy"))
             .args(["serve", "--config"])
             .arg(&config)
-            .env("KUBECONFIG", &cluster.kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,remedy=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
