@@ -5,11 +5,10 @@
 //! finishes. Every resource is released exactly once (one `Released` Event
 //! each), none is lost.
 
-use crate::support::objects::{api_for, create_with_status, sample};
+use crate::support::objects::{api_for, create_with_status, released_events, sample};
 use crate::support::{Remedy, TestCluster, eventually, namespace, proxy};
-use k8s_openapi::api::events::v1::Event;
 use kube::Client;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject};
 use remedy::profile::{
     CAPI_PAUSED, CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, PAUSE_MARKER,
 };
@@ -72,25 +71,6 @@ async fn paused(api: &Api<DynamicObject>) -> usize {
                 .count()
         })
         .unwrap_or(N)
-}
-
-/// `Released` Events per resource name.
-async fn released_events(client: &Client, ns: &str) -> BTreeMap<String, u32> {
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    let mut per: BTreeMap<String, u32> = BTreeMap::new();
-    for e in events
-        .list(&ListParams::default())
-        .await
-        .expect("events")
-        .items
-    {
-        if e.reason.as_deref() == Some("Released") {
-            let n = e.series.as_ref().map(|s| s.count).unwrap_or(1);
-            *per.entry(e.regarding.and_then(|r| r.name).unwrap_or_default())
-                .or_default() += u32::try_from(n).unwrap_or(u32::MAX);
-        }
-    }
-    per
 }
 
 /// Exactly one Released Event per resource: nothing doubled, nothing lost.

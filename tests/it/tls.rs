@@ -53,6 +53,16 @@ fn pki() -> Pki {
     }
 }
 
+/// Plain HTTP to a TLS port gets no HTTP answer at all.
+async fn assert_no_plain_http(port: u16) {
+    let plain = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/healthz"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await;
+    assert!(plain.is_err(), "plain HTTP got an answer: {plain:?}");
+}
+
 fn trusting(ca_pem: &str, addr: SocketAddr) -> reqwest::Client {
     reqwest::Client::builder()
         .tls_built_in_root_certs(false)
@@ -102,13 +112,7 @@ async fn serves_https_with_the_configured_certificate_and_refuses_plain_http() {
     assert_eq!(r.status(), 200);
     assert!(r.text().await.expect("body").ends_with("# EOF\n"));
 
-    // Plain HTTP to the TLS port: no HTTP answer at all.
-    let plain = reqwest::Client::new()
-        .get(format!("http://127.0.0.1:{port}/healthz"))
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await;
-    assert!(plain.is_err(), "plain HTTP got an answer: {plain:?}");
+    assert_no_plain_http(port).await;
 
     // A client that does not trust the CA refuses the server.
     let untrusting = reqwest::Client::builder()
@@ -418,12 +422,7 @@ async fn the_tls_environment_variables_turn_on_https() {
         }
     })
     .await;
-    let plain = reqwest::Client::new()
-        .get(format!("http://127.0.0.1:{port}/healthz"))
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await;
-    assert!(plain.is_err(), "plain HTTP got an answer: {plain:?}");
+    assert_no_plain_http(port).await;
 }
 
 struct KillOnDrop(std::process::Child);

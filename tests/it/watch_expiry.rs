@@ -8,10 +8,9 @@
 //! resource it still held is released exactly once, none is lost, the
 //! human's pause is untouched and the deleted one leaves /status and metrics.
 
-use crate::support::objects::{api_for, create_with_status, sample};
+use crate::support::objects::{api_for, create_with_status, released_events, sample};
 use crate::support::{Remedy, TestCluster, eventually, namespace};
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, VersionMatch,
 };
@@ -198,19 +197,7 @@ async fn a_watch_expired_mid_release_relists_and_loses_or_doubles_nothing() {
     );
 
     // Released exactly once each: one Event, one successful release action.
-    let mut per: BTreeMap<String, u32> = BTreeMap::new();
-    for e in Api::<Event>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .expect("events")
-        .items
-    {
-        if e.reason.as_deref() == Some("Released") {
-            let n = e.series.as_ref().map(|s| s.count).unwrap_or(1);
-            *per.entry(e.regarding.and_then(|r| r.name).unwrap_or_default())
-                .or_default() += u32::try_from(n).unwrap_or(u32::MAX);
-        }
-    }
+    let per = released_events(&client, &ns).await;
     let expected: BTreeSet<String> = released_before.union(&to_release).cloned().collect();
     assert_eq!(
         per.keys().cloned().collect::<BTreeSet<_>>(),

@@ -3,10 +3,11 @@
 
 use kube::Client;
 use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
 use remedy::profile::{Profile, builtins};
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 pub fn sample(name: &str) -> DynamicObject {
     let path = super::repo().join("testenv/samples").join(name);
@@ -108,4 +109,24 @@ pub async fn apply_manifest(
         .await
         .map_err(|e| format!("{} {name} rejected: {e}", t.kind))?;
     Ok(t.kind)
+}
+
+/// `Released` Events per resource name, counting an Event series as its
+/// count: a release written twice shows as 2.
+pub async fn released_events(client: &Client, ns: &str) -> BTreeMap<String, u32> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    let mut per: BTreeMap<String, u32> = BTreeMap::new();
+    for e in events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+    {
+        if e.reason.as_deref() == Some("Released") {
+            let n = e.series.as_ref().map(|s| s.count).unwrap_or(1);
+            *per.entry(e.regarding.and_then(|r| r.name).unwrap_or_default())
+                .or_default() += u32::try_from(n).unwrap_or(u32::MAX);
+        }
+    }
+    per
 }
