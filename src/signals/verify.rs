@@ -168,6 +168,73 @@ pub fn alerts_query(
     Ok(q)
 }
 
+/// `ALERTS{alertname="A",alertstate="firing"} or ...`, each selector inside
+/// `max_over_time(...[Ns])` when `within` is set. One exact selector per
+/// name joined by `or` (distinct alertnames never collide) rather than a
+/// regex, so configured names need no RE2 escaping.
+pub fn recovery_query(
+    alertnames: &[&str],
+    within: Option<std::time::Duration>,
+) -> Result<String, SignalError> {
+    if alertnames.is_empty() || alertnames.iter().any(|a| a.is_empty()) {
+        return Err(SignalError::InvalidInput(
+            "recovery needs non-empty alertnames".into(),
+        ));
+    }
+    let parts: Vec<String> = alertnames
+        .iter()
+        .map(|a| {
+            let sel = format!(
+                "ALERTS{{alertname={},alertstate=\"firing\"}}",
+                promql_quote(a)
+            );
+            match within {
+                // Whole seconds, at least one: PromQL ranges have no fractions.
+                Some(d) => format!("max_over_time({sel}[{}s])", d.as_secs().max(1)),
+                None => sel,
+            }
+        })
+        .collect();
+    Ok(parts.join(" or "))
+}
+
+/// The label sets of a recovery answer. Every series must be a firing alert
+/// among `alertnames`: anything else means the answer is not about what was
+/// asked, and the whole answer is refused rather than half used.
+fn firing_label_sets(
+    data: PromData,
+    alertnames: &[&str],
+) -> Result<Vec<BTreeMap<String, String>>, SignalError> {
+    let PromData::Vector(samples) = data else {
+        return Err(SignalError::Malformed {
+            target: PROMETHEUS,
+            reason: "ALERTS query did not return a vector".into(),
+        });
+    };
+    samples
+        .into_iter()
+        .map(|s| {
+            let mut labels = s.metric;
+            labels.remove("__name__");
+            let state = labels.remove("alertstate");
+            let name = labels.get("alertname").map(String::as_str);
+            if !name.is_some_and(|n| alertnames.contains(&n)) {
+                return Err(SignalError::Malformed {
+                    target: PROMETHEUS,
+                    reason: cap(format!("series of an alert not asked for: {labels:?}")),
+                });
+            }
+            if state.as_deref().is_some_and(|st| st != "firing") {
+                return Err(SignalError::Malformed {
+                    target: PROMETHEUS,
+                    reason: cap(format!("series in state {state:?} where firing was asked")),
+                });
+            }
+            Ok(labels)
+        })
+        .collect()
+}
+
 /// Alertmanager v2 `filter` parameters: `alertname="X"` then each matcher.
 pub fn am_filters(
     alertname: &str,
@@ -512,6 +579,31 @@ impl Verifier {
         Ok(names)
     }
 
+    /// Label sets of the `ALERTS` series of `alertnames` firing now
+    /// (`within: None`) or at any time in the last `within`, without
+    /// `__name__` and `alertstate`. Episode recovery after a restart reads
+    /// them: Prometheus remembers what fired, remedy keeps no state.
+    pub async fn alert_label_sets(
+        &self,
+        alertnames: &[&str],
+        within: Option<std::time::Duration>,
+    ) -> Result<Vec<BTreeMap<String, String>>, SignalError> {
+        let base = self
+            .prometheus
+            .as_deref()
+            .ok_or(SignalError::NotConfigured("signals.prometheus_url"))?;
+        let promql = recovery_query(alertnames, within)?;
+        let result = async {
+            let data = self.run_instant(base, &promql, &["vector"]).await?;
+            firing_label_sets(data, alertnames)
+        }
+        .await;
+        // Recorded once, after validation: an answer about other alerts
+        // counts as malformed, not as ok.
+        self.record(PROMETHEUS, result.as_ref().map(|_| ()));
+        result
+    }
+
     /// Instant query whose result must be one of `accept` (resultType), so
     /// a wrong shape is counted as malformed like any other odd answer.
     async fn instant(&self, promql: &str, accept: &[&str]) -> Result<PromData, SignalError> {
@@ -519,30 +611,37 @@ impl Verifier {
             .prometheus
             .as_deref()
             .ok_or(SignalError::NotConfigured("signals.prometheus_url"))?;
+        let result = self.run_instant(base, promql, accept).await;
+        self.record(PROMETHEUS, result.as_ref().map(|_| ()));
+        result
+    }
+
+    /// [`Verifier::instant`] without recording the outcome.
+    async fn run_instant(
+        &self,
+        base: &str,
+        promql: &str,
+        accept: &[&str],
+    ) -> Result<PromData, SignalError> {
         // POST form: verify queries can be longer than a URL should be.
         let req = self
             .client
             .post(format!("{base}/api/v1/query"))
             .form(&[("query", promql)]);
-        let result = async {
-            let (status, body) = fetch(PROMETHEUS, req).await?;
-            let data = parse_prometheus(status, &body)?;
-            if accept.contains(&data.kind()) {
-                Ok(data)
-            } else {
-                Err(SignalError::Malformed {
-                    target: PROMETHEUS,
-                    reason: format!(
-                        "resultType {} where {} was expected",
-                        data.kind(),
-                        accept.join(" or ")
-                    ),
-                })
-            }
+        let (status, body) = fetch(PROMETHEUS, req).await?;
+        let data = parse_prometheus(status, &body)?;
+        if accept.contains(&data.kind()) {
+            Ok(data)
+        } else {
+            Err(SignalError::Malformed {
+                target: PROMETHEUS,
+                reason: format!(
+                    "resultType {} where {} was expected",
+                    data.kind(),
+                    accept.join(" or ")
+                ),
+            })
         }
-        .await;
-        self.record(PROMETHEUS, result.as_ref().map(|_| ()));
-        result
     }
 
     async fn am_alerts(&self, filters: &[String]) -> Result<Vec<AmAlert>, SignalError> {
@@ -819,6 +918,61 @@ mod tests {
     }
 
     #[test]
+    fn builds_recovery_queries() {
+        let now = recovery_query(&["A", "B\"x"], None).expect("query");
+        assert_eq!(
+            now,
+            r#"ALERTS{alertname="A",alertstate="firing"} or ALERTS{alertname="B\"x",alertstate="firing"}"#
+        );
+        let within =
+            recovery_query(&["A"], Some(std::time::Duration::from_secs(3600))).expect("query");
+        assert_eq!(
+            within,
+            r#"max_over_time(ALERTS{alertname="A",alertstate="firing"}[3600s])"#
+        );
+        for q in [now, within] {
+            let parsed = promql_parser::parser::parse(&q);
+            assert!(parsed.is_ok(), "{q}: {parsed:?}");
+        }
+        assert_eq!(
+            recovery_query(&[], None).expect_err("empty").label(),
+            "invalid_input"
+        );
+        assert!(recovery_query(&[""], None).is_err());
+    }
+
+    #[test]
+    fn recovery_answers_are_checked_and_stripped() {
+        let ok = StatusCode::OK;
+        let body = br#"{"status":"success","data":{"resultType":"vector","result":[
+            {"metric":{"__name__":"ALERTS","alertname":"A","alertstate":"firing","kind":"K"},"value":[1,"1"]},
+            {"metric":{"alertname":"A","alertstate":"firing","kind":"L"},"value":[1,"1"]}]}}"#;
+        let sets = firing_label_sets(parse_prometheus(ok, body).expect("parse"), &["A"])
+            .expect("label sets");
+        assert_eq!(
+            sets,
+            vec![
+                m(&[("alertname", "A"), ("kind", "K")]),
+                m(&[("alertname", "A"), ("kind", "L")])
+            ]
+        );
+        let empty = br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
+        let none = firing_label_sets(parse_prometheus(ok, empty).expect("parse"), &["A"]);
+        assert!(none.expect("empty is an answer").is_empty());
+        for bad in [
+            // Not asked for, no alertname, pending, not a vector.
+            &br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"alertname":"Z"},"value":[1,"1"]}]}}"#[..],
+            br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"kind":"K"},"value":[1,"1"]}]}}"#,
+            br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"alertname":"A","alertstate":"pending"},"value":[1,"1"]}]}}"#,
+            br#"{"status":"success","data":{"resultType":"scalar","result":[1,"1"]}}"#,
+        ] {
+            let e = firing_label_sets(parse_prometheus(ok, bad).expect("parse"), &["A"])
+                .expect_err("refused");
+            assert_eq!(e.label(), "malformed", "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
     fn prometheus_special_floats() {
         assert!(prom_float("NaN").expect("nan").is_nan());
         assert_eq!(prom_float("+Inf").expect("inf"), f64::INFINITY);
@@ -838,6 +992,13 @@ mod tests {
             .expect_err("no proof");
         assert_eq!(e.label(), "not_configured");
         assert!(v.query_scalar("vector(1)").await.is_err());
+        assert_eq!(
+            v.alert_label_sets(&["X"], None)
+                .await
+                .expect_err("no Prometheus")
+                .label(),
+            "not_configured"
+        );
         assert!(v.health().status().is_empty());
     }
 
