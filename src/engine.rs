@@ -9,6 +9,7 @@ use crate::config::{AlertRule, Config};
 use crate::leader::Leadership;
 use crate::metrics::{KindReasonLabels, Metrics, ScopeLabels};
 use crate::profile::{HoldRecord, Profile};
+use crate::recovery;
 use crate::remediate::execute::Executor;
 use crate::remediate::plan::Goal;
 use crate::scope::Scope;
@@ -19,6 +20,7 @@ use crate::view::{PauseState, ResourceKey};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -43,6 +45,10 @@ pub struct Episode {
     pub verified_at: Option<DateTime<Utc>>,
     /// Last verification failure, for status and readiness.
     pub last_error: Option<String>,
+    /// Rebuilt from Prometheus at start or on becoming leader, not from a
+    /// webhook; a later recovery may update it, a webhook takes it over.
+    #[serde(default)]
+    pub from_prometheus: bool,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -147,6 +153,10 @@ pub struct Engine {
     origin: Instant,
     state: Mutex<State>,
     pending: Pending,
+    /// Episodes are to be rebuilt from Prometheus: set at start and on
+    /// becoming leader, cleared by the first recovery that succeeds.
+    recovery_due: AtomicBool,
+    was_leader: AtomicBool,
 }
 
 impl Engine {
@@ -178,6 +188,8 @@ impl Engine {
                 report: StatusReport::default(),
             }),
             pending: Pending::default(),
+            recovery_due: AtomicBool::new(true),
+            was_leader: AtomicBool::new(false),
         })
     }
 
@@ -203,21 +215,89 @@ impl Engine {
             changed_at: ev.received_at,
             verified_at: None,
             last_error: None,
+            from_prometheus: false,
         });
         ep.firing = firing;
         ep.changed_at = ev.received_at;
         ep.verified_at = None;
+        ep.from_prometheus = false;
         drop(st);
         tracing::info!(alert = %ev.alertname, firing, matchers = ?scope.matchers, "alert episode updated");
         if firing {
-            let store = &self.store;
-            let n = self.pending.cancel(|k, goal| {
-                !matches!(goal, Goal::Hold(_))
-                    && store.get(k).is_some_and(|e| scope.matches(k, &e.view))
-            });
-            if n > 0 {
-                tracing::info!(alert = %ev.alertname, cancelled = n, "alert fired again: queued remediation cancelled");
+            self.cancel_remediation(&scope);
+        }
+    }
+
+    /// Drops queued remediation in a scope that fires (again).
+    fn cancel_remediation(&self, scope: &Scope) {
+        let store = &self.store;
+        let n = self.pending.cancel(|k, goal| {
+            !matches!(goal, Goal::Hold(_))
+                && store.get(k).is_some_and(|e| scope.matches(k, &e.view))
+        });
+        if n > 0 {
+            tracing::info!(alert = %scope.alertname, cancelled = n, "alert fires: queued remediation cancelled");
+        }
+    }
+
+    /// Rebuilds episodes from Prometheus' ALERTS when due. A failed query
+    /// changes nothing (the verifier counts and logs it) and is retried on
+    /// the next tick.
+    async fn recover(&self, now: DateTime<Utc>) {
+        let Some(v) = &self.verifier else {
+            self.recovery_due.store(false, Ordering::SeqCst);
+            return;
+        };
+        let names: Vec<&str> = self.alerts.iter().map(|a| a.alertname.as_str()).collect();
+        if names.is_empty() {
+            self.recovery_due.store(false, Ordering::SeqCst);
+            return;
+        }
+        let answer = async {
+            Ok::<_, crate::signals::SignalError>(recovery::Answer {
+                firing_now: v.alert_label_sets(&names, None).await?,
+                fired_within: v.alert_label_sets(&names, Some(EPISODE_TTL)).await?,
+            })
+        }
+        .await;
+        match answer {
+            Ok(a) => self.apply_recovery(&a, now),
+            Err(e) => {
+                tracing::warn!(error = %e, label = e.label(), "cannot recover alert episodes from Prometheus; retrying next tick");
             }
+        }
+    }
+
+    /// Writes what an answer recovers; the decision is `recovery::plan`.
+    fn apply_recovery(&self, answer: &recovery::Answer, now: DateTime<Utc>) {
+        let plan = {
+            let Ok(mut st) = self.state.lock() else {
+                return;
+            };
+            let plan = recovery::plan(&self.alerts, answer, &st.episodes, now, MAX_EPISODES);
+            for (scope, ep) in &plan.write {
+                st.episodes.insert(scope.clone(), ep.clone());
+            }
+            plan
+        };
+        self.recovery_due.store(false, Ordering::SeqCst);
+        let firing: Vec<&Scope> = plan.firing().collect();
+        tracing::info!(
+            firing = firing.len(),
+            resolved = plan.write.len() - firing.len(),
+            kept_webhook = plan.kept_webhook,
+            dropped = plan.dropped,
+            "alert episodes recovered from Prometheus"
+        );
+        if plan.dropped > 0 {
+            tracing::warn!(
+                dropped = plan.dropped,
+                max = MAX_EPISODES,
+                "episode bound reached: some recovered episodes left out"
+            );
+        }
+        for scope in firing {
+            self.cancel_remediation(scope);
         }
     }
 
@@ -287,6 +367,14 @@ impl Engine {
     pub async fn tick(&self) {
         let wall = Utc::now();
         let now = self.now();
+        // A new leader may have missed notifications the old one got.
+        let leader_now = self.leader.is_leader();
+        if self.was_leader.swap(leader_now, Ordering::SeqCst) != leader_now && leader_now {
+            self.recovery_due.store(true, Ordering::SeqCst);
+        }
+        if self.recovery_due.load(Ordering::SeqCst) {
+            self.recover(wall).await;
+        }
         self.verify(wall).await;
         let external = match (&self.verifier, &self.breaker_query) {
             (Some(v), Some(q)) => v.query_scalar(q).await.ok().flatten(),
@@ -450,6 +538,7 @@ impl Engine {
                 changed_at: wall,
                 verified_at: None,
                 last_error: None,
+                from_prometheus: false,
             });
         }
 
@@ -541,6 +630,14 @@ impl Engine {
             waiting,
             episodes: st.episodes.values().cloned().collect(),
         };
+    }
+
+    #[cfg(test)]
+    fn report_episodes(&self) -> Vec<Episode> {
+        self.state
+            .lock()
+            .map(|s| s.episodes.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     pub fn report(&self) -> StatusReport {
@@ -798,6 +895,54 @@ mod tests {
                 .map(String::as_str),
             Some("settle")
         );
+    }
+
+    fn labels(kind: &str) -> BTreeMap<String, String> {
+        [("alertname", "CloudAPIDegraded"), ("kind", kind)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn recovered_firing_holds_and_recovered_resolved_needs_proof() {
+        let mut c = cfg();
+        c.breaker.min_resources = 1000; // only the alert acts
+        c.signals.settle = Duration::ZERO;
+        let (e, store) = engine(&c, true);
+        store.apply(0, &osm("a", true, json!({})));
+        // Fired within the TTL, not now: resolved, never verified by this.
+        e.apply_recovery(
+            &recovery::Answer {
+                firing_now: vec![],
+                fired_within: vec![labels("OpenStackMachine")],
+            },
+            Utc::now(),
+        );
+        for _ in 0..3 {
+            e.tick().await;
+        }
+        assert!(pending(&e).is_empty(), "no remediation without proof");
+        let eps = e.report().episodes;
+        assert_eq!(eps.len(), 1);
+        assert!(!eps[0].firing && eps[0].verified_at.is_none() && eps[0].from_prometheus);
+
+        // Firing now: the failing machine in scope is held at once.
+        let (e, store) = engine(&c, true);
+        store.apply(0, &osm("a", true, json!({})));
+        let answer = recovery::Answer {
+            firing_now: vec![labels("OpenStackMachine")],
+            fired_within: vec![labels("OpenStackMachine")],
+        };
+        e.apply_recovery(&answer, Utc::now());
+        e.tick().await;
+        assert_eq!(pending(&e), vec![("a".into(), "hold")]);
+        // A webhook takes the episode over; recovering again leaves it.
+        e.handle(&alert(AlertStatus::Resolved));
+        e.apply_recovery(&answer, Utc::now());
+        let eps = e.report_episodes();
+        assert_eq!(eps.len(), 1);
+        assert!(!eps[0].firing && !eps[0].from_prometheus, "{eps:?}");
     }
 
     #[test]

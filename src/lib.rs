@@ -14,6 +14,7 @@ pub mod engine;
 pub mod leader;
 pub mod metrics;
 pub mod profile;
+pub mod recovery;
 pub mod remediate;
 pub mod scope;
 pub mod server;

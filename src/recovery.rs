@@ -1,0 +1,285 @@
+//! Rebuilds alert episodes from what Prometheus remembers, after a restart
+//! or a leader change: episodes live only in memory, and Alertmanager never
+//! resends a resolved notification it delivered once. Pure: the answer and
+//! the current episodes in, the episodes to write out.
+//!
+//! A recovered episode is either firing (so holds resume at once) or
+//! resolved and *unverified*: it proves nothing by itself, the normal
+//! verification decides whether anything is remediated.
+
+use crate::config::AlertRule;
+use crate::engine::Episode;
+use crate::scope::Scope;
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What Prometheus answered: label sets (without `__name__`/`alertstate`)
+/// of the configured alerts firing now, and of those that fired at any time
+/// within the episode TTL.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Answer {
+    pub firing_now: Vec<BTreeMap<String, String>>,
+    pub fired_within: Vec<BTreeMap<String, String>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Episodes to insert or overwrite, firing ones first.
+    pub write: Vec<(Scope, Episode)>,
+    /// Scopes already owned by a webhook episode: left as they are.
+    pub kept_webhook: usize,
+    /// New scopes left out to stay within the episode bound.
+    pub dropped: usize,
+}
+
+impl Plan {
+    pub fn firing(&self) -> impl Iterator<Item = &Scope> {
+        self.write.iter().filter(|(_, e)| e.firing).map(|(s, _)| s)
+    }
+}
+
+/// Decides the episodes an answer recovers. A webhook episode always wins
+/// (the notification is newer than any query). An episode from an earlier
+/// recovery is rewritten only when its state changed, so a verification in
+/// progress is not restarted; one that no longer fires becomes resolved and
+/// unverified. At most `max` episodes exist afterwards; firing scopes are
+/// taken first, since missing one would miss holds.
+pub fn plan(
+    rules: &[AlertRule],
+    answer: &Answer,
+    existing: &BTreeMap<Scope, Episode>,
+    now: DateTime<Utc>,
+    max: usize,
+) -> Plan {
+    let scopes = |sets: &[BTreeMap<String, String>]| -> BTreeSet<Scope> {
+        sets.iter()
+            .filter_map(|labels| {
+                let name = labels.get("alertname")?;
+                let rule = rules.iter().find(|r| &r.alertname == name)?;
+                Some(Scope::from_alert(rule, labels))
+            })
+            .collect()
+    };
+    let firing = scopes(&answer.firing_now);
+    let resolved: BTreeSet<Scope> = scopes(&answer.fired_within)
+        .into_iter()
+        .filter(|s| !firing.contains(s))
+        .collect();
+    // Earlier recoveries' firing episodes Prometheus no longer reports as
+    // firing: resolved now, to be verified like any other.
+    let stale: Vec<Scope> = existing
+        .iter()
+        .filter(|(s, e)| {
+            e.from_prometheus && e.firing && !firing.contains(*s) && !resolved.contains(*s)
+        })
+        .map(|(s, _)| s.clone())
+        .collect();
+
+    let mut out = Plan::default();
+    let mut room = max.saturating_sub(existing.len());
+    let wanted = firing
+        .into_iter()
+        .map(|s| (s, true))
+        .chain(resolved.into_iter().map(|s| (s, false)))
+        .chain(stale.into_iter().map(|s| (s, false)));
+    for (scope, want_firing) in wanted {
+        match existing.get(&scope) {
+            Some(e) if !e.from_prometheus => {
+                out.kept_webhook += 1;
+                continue;
+            }
+            Some(e) if e.firing == want_firing => continue,
+            Some(_) => {}
+            None if room == 0 => {
+                out.dropped += 1;
+                continue;
+            }
+            None => room -= 1,
+        }
+        let ep = Episode {
+            alertname: scope.alertname.clone(),
+            matchers: scope.matchers.clone(),
+            firing: want_firing,
+            // Resolved: the settle time runs from now, as after a webhook.
+            changed_at: now,
+            verified_at: None,
+            last_error: None,
+            from_prometheus: true,
+        };
+        out.write.push((scope, ep));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Selector;
+
+    fn rules() -> Vec<AlertRule> {
+        ["A", "B"]
+            .iter()
+            .map(|n| AlertRule {
+                alertname: (*n).into(),
+                select: Selector {
+                    kind_label: Some("kind".into()),
+                    ..Selector::default()
+                },
+                verify_query: None,
+            })
+            .collect()
+    }
+
+    fn l(alert: &str, kind: &str) -> BTreeMap<String, String> {
+        [
+            ("alertname", alert),
+            ("kind", kind),
+            ("severity", "critical"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    fn scope(alert: &str, kind: &str) -> Scope {
+        let r = rules().into_iter().find(|r| r.alertname == alert).unwrap();
+        Scope::from_alert(&r, &l(alert, kind))
+    }
+
+    fn ep(alert: &str, firing: bool, from_prometheus: bool) -> Episode {
+        Episode {
+            alertname: alert.into(),
+            matchers: BTreeMap::new(),
+            firing,
+            changed_at: DateTime::<Utc>::MIN_UTC,
+            verified_at: Some(DateTime::<Utc>::MIN_UTC),
+            last_error: None,
+            from_prometheus,
+        }
+    }
+
+    fn states(p: &Plan) -> Vec<(String, String, bool)> {
+        p.write
+            .iter()
+            .map(|(s, e)| {
+                (
+                    s.alertname.clone(),
+                    s.kind.clone().unwrap_or_default(),
+                    e.firing,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn firing_now_fires_and_fired_before_is_resolved_unverified() {
+        let now = Utc::now();
+        let answer = Answer {
+            firing_now: vec![l("A", "OpenStackMachine")],
+            fired_within: vec![l("A", "OpenStackMachine"), l("A", "BottlerocketShadow")],
+        };
+        let p = plan(&rules(), &answer, &BTreeMap::new(), now, 10);
+        assert_eq!(
+            states(&p),
+            vec![
+                ("A".into(), "OpenStackMachine".into(), true),
+                ("A".into(), "BottlerocketShadow".into(), false)
+            ]
+        );
+        for (s, e) in &p.write {
+            assert_eq!(e.changed_at, now, "settle runs from now");
+            assert_eq!(e.verified_at, None, "never verified by recovery");
+            assert!(e.from_prometheus);
+            assert_eq!(e.matchers, s.matchers);
+            assert_eq!(
+                s.matchers.get("kind").map(String::as_str),
+                s.kind.as_deref()
+            );
+        }
+        assert_eq!(p.firing().count(), 1);
+    }
+
+    #[test]
+    fn label_sets_of_one_scope_make_one_episode_and_unknown_alerts_none() {
+        let mut warning = l("A", "K");
+        warning.insert("severity".into(), "warning".into());
+        let mut nameless = l("A", "K");
+        nameless.remove("alertname");
+        let answer = Answer {
+            firing_now: vec![],
+            fired_within: vec![l("A", "K"), warning, l("Other", "K"), nameless],
+        };
+        let p = plan(&rules(), &answer, &BTreeMap::new(), Utc::now(), 10);
+        assert_eq!(states(&p), vec![("A".into(), "K".into(), false)]);
+    }
+
+    #[test]
+    fn webhook_episodes_win() {
+        let existing: BTreeMap<Scope, Episode> = [
+            (scope("A", "K"), ep("A", false, false)),
+            (scope("B", "K"), ep("B", true, false)),
+        ]
+        .into();
+        let answer = Answer {
+            firing_now: vec![l("A", "K")],
+            fired_within: vec![l("A", "K"), l("B", "K")],
+        };
+        let p = plan(&rules(), &answer, &existing, Utc::now(), 10);
+        assert!(p.write.is_empty(), "{p:?}");
+        assert_eq!(p.kept_webhook, 2);
+    }
+
+    #[test]
+    fn a_second_recovery_keeps_progress_and_resolves_what_stopped_firing() {
+        let existing: BTreeMap<Scope, Episode> = [
+            // Verified already, still only in the TTL set: untouched.
+            (scope("A", "K"), ep("A", false, true)),
+            // Fired at the first recovery, not any more.
+            (scope("A", "L"), ep("A", true, true)),
+            // Resolved at the first recovery, firing again.
+            (scope("B", "K"), ep("B", false, true)),
+        ]
+        .into();
+        let answer = Answer {
+            firing_now: vec![l("B", "K")],
+            fired_within: vec![l("A", "K"), l("A", "L"), l("B", "K")],
+        };
+        let p = plan(&rules(), &answer, &existing, Utc::now(), 10);
+        assert_eq!(
+            states(&p),
+            vec![
+                ("B".into(), "K".into(), true),
+                ("A".into(), "L".into(), false)
+            ]
+        );
+        assert!(p.write.iter().all(|(_, e)| e.verified_at.is_none()));
+    }
+
+    #[test]
+    fn bounded_with_firing_first() {
+        let existing: BTreeMap<Scope, Episode> = [(scope("B", "X"), ep("B", false, false))].into();
+        let answer = Answer {
+            firing_now: vec![l("B", "F")],
+            fired_within: (0..5).map(|i| l("A", &format!("K{i}"))).collect(),
+        };
+        let p = plan(&rules(), &answer, &existing, Utc::now(), 3);
+        assert_eq!(p.write.len(), 2, "1 existing + 2 new = the bound of 3");
+        assert!(p.write[0].1.firing);
+        assert_eq!(p.dropped, 4);
+        let none = plan(&rules(), &answer, &existing, Utc::now(), 1);
+        assert!(none.write.is_empty());
+        assert_eq!(none.dropped, 6);
+    }
+
+    #[test]
+    fn an_empty_answer_creates_nothing() {
+        let p = plan(
+            &rules(),
+            &Answer::default(),
+            &BTreeMap::new(),
+            Utc::now(),
+            10,
+        );
+        assert_eq!(p, Plan::default());
+    }
+}
