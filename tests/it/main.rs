@@ -4,6 +4,7 @@
 mod alert_loop;
 mod cli;
 mod deploy;
+mod episode_recovery;
 mod kube_watch;
 mod leader;
 mod rbac;
