@@ -157,6 +157,8 @@ pub struct Engine {
     /// becoming leader, cleared by the first recovery that succeeds.
     recovery_due: AtomicBool,
     was_leader: AtomicBool,
+    /// When (on the engine clock) the last recovery succeeded.
+    last_recovery: Mutex<Option<Duration>>,
 }
 
 impl Engine {
@@ -190,6 +192,7 @@ impl Engine {
             pending: Pending::default(),
             recovery_due: AtomicBool::new(true),
             was_leader: AtomicBool::new(false),
+            last_recovery: Mutex::new(None),
         })
     }
 
@@ -281,6 +284,9 @@ impl Engine {
             plan
         };
         self.recovery_due.store(false, Ordering::SeqCst);
+        if let Ok(mut at) = self.last_recovery.lock() {
+            *at = Some(self.now());
+        }
         let firing: Vec<&Scope> = plan.firing().collect();
         tracing::info!(
             firing = firing.len(),
@@ -370,6 +376,17 @@ impl Engine {
         // A new leader may have missed notifications the old one got.
         let leader_now = self.leader.is_leader();
         if self.was_leader.swap(leader_now, Ordering::SeqCst) != leader_now && leader_now {
+            self.recovery_due.store(true, Ordering::SeqCst);
+        }
+        let since = self
+            .last_recovery
+            .lock()
+            .ok()
+            .and_then(|at| *at)
+            .map(|at| now.saturating_sub(at));
+        if let (Some(since), Ok(st)) = (since, self.state.lock())
+            && recovery::needs_refresh(&st.episodes, since)
+        {
             self.recovery_due.store(true, Ordering::SeqCst);
         }
         if self.recovery_due.load(Ordering::SeqCst) {

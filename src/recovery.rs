@@ -12,6 +12,19 @@ use crate::engine::Episode;
 use crate::scope::Scope;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// A recovered firing episode is asked about again this often. Only a
+/// webhook takes it over; without one (webhook not configured, or the
+/// resolved notification went elsewhere) nothing else would end it, and
+/// its holds would stay forever.
+pub const REFRESH: Duration = Duration::from_secs(60);
+
+/// Whether to query again: some firing episode came from Prometheus and
+/// the last recovery is `REFRESH` old.
+pub fn needs_refresh(existing: &BTreeMap<Scope, Episode>, since_last: Duration) -> bool {
+    since_last >= REFRESH && existing.values().any(|e| e.from_prometheus && e.firing)
+}
 
 /// What Prometheus answered: label sets (without `__name__`/`alertstate`)
 /// of the configured alerts firing now, and of those that fired at any time
@@ -269,6 +282,22 @@ mod tests {
         let none = plan(&rules(), &answer, &existing, Utc::now(), 1);
         assert!(none.write.is_empty());
         assert_eq!(none.dropped, 6);
+    }
+
+    #[test]
+    fn only_recovered_firing_episodes_are_refreshed_and_not_too_often() {
+        let webhook: BTreeMap<Scope, Episode> = [(scope("A", "K"), ep("A", true, false))].into();
+        let resolved: BTreeMap<Scope, Episode> = [(scope("A", "K"), ep("A", false, true))].into();
+        let firing: BTreeMap<Scope, Episode> = [(scope("A", "K"), ep("A", true, true))].into();
+        let hour = Duration::from_secs(3600);
+        assert!(!needs_refresh(&BTreeMap::new(), hour));
+        assert!(!needs_refresh(&webhook, hour));
+        assert!(!needs_refresh(&resolved, hour));
+        assert!(needs_refresh(&firing, REFRESH));
+        assert!(!needs_refresh(&firing, REFRESH - Duration::from_millis(1)));
+        // The refresh that finds it gone turns it resolved, to be verified.
+        let p = plan(&rules(), &Answer::default(), &firing, Utc::now(), 10);
+        assert_eq!(states(&p), vec![("A".into(), "K".into(), false)]);
     }
 
     #[test]
