@@ -153,8 +153,9 @@ pub struct Engine {
     origin: Instant,
     state: Mutex<State>,
     pending: Pending,
-    /// Episodes are to be rebuilt from Prometheus: set at start and on
-    /// becoming leader, cleared by the first recovery that succeeds.
+    /// Episodes are to be rebuilt from Prometheus: set at start, on
+    /// becoming leader and to refresh recovered firing episodes; cleared by
+    /// the first recovery that succeeds.
     recovery_due: AtomicBool,
     was_leader: AtomicBool,
     /// When (on the engine clock) the last recovery succeeded.
