@@ -33,6 +33,8 @@ const ALERT_PREFIX: &str = "alert:";
 const MAX_EPISODES: usize = 1000;
 /// Finished episodes are forgotten after this.
 const EPISODE_TTL: Duration = Duration::from_secs(3600);
+/// Pause between failed attempts to recover episodes from Prometheus.
+const RECOVERY_RETRY: Duration = Duration::from_secs(30);
 const WORKERS: usize = 4;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -160,6 +162,10 @@ pub struct Engine {
     was_leader: AtomicBool,
     /// When (on the engine clock) the last recovery succeeded.
     last_recovery: Mutex<Option<Duration>>,
+    /// When the last recovery failed: retried after RECOVERY_RETRY, not on
+    /// every tick, so an unreachable Prometheus (each query waiting for
+    /// `signals.timeout`) does not slow every decision pass.
+    recovery_failed_at: Mutex<Option<Duration>>,
 }
 
 impl Engine {
@@ -194,6 +200,7 @@ impl Engine {
             recovery_due: AtomicBool::new(true),
             was_leader: AtomicBool::new(false),
             last_recovery: Mutex::new(None),
+            recovery_failed_at: Mutex::new(None),
         })
     }
 
@@ -245,8 +252,8 @@ impl Engine {
     }
 
     /// Rebuilds episodes from Prometheus' ALERTS when due. A failed query
-    /// changes nothing (the verifier counts and logs it) and is retried on
-    /// the next tick.
+    /// changes nothing (the verifier counts and logs it) and is retried
+    /// after RECOVERY_RETRY.
     async fn recover(&self, now: DateTime<Utc>) {
         let Some(v) = &self.verifier else {
             self.recovery_due.store(false, Ordering::SeqCst);
@@ -267,7 +274,10 @@ impl Engine {
         match answer {
             Ok(a) => self.apply_recovery(&a, now),
             Err(e) => {
-                tracing::warn!(error = %e, label = e.label(), "cannot recover alert episodes from Prometheus; retrying next tick");
+                if let Ok(mut at) = self.recovery_failed_at.lock() {
+                    *at = Some(self.now());
+                }
+                tracing::warn!(error = %e, label = e.label(), retry_in = ?RECOVERY_RETRY, "cannot recover alert episodes from Prometheus");
             }
         }
     }
@@ -390,7 +400,13 @@ impl Engine {
         {
             self.recovery_due.store(true, Ordering::SeqCst);
         }
-        if self.recovery_due.load(Ordering::SeqCst) {
+        let retry_wait = self
+            .recovery_failed_at
+            .lock()
+            .ok()
+            .and_then(|at| *at)
+            .is_some_and(|at| now.saturating_sub(at) < RECOVERY_RETRY);
+        if self.recovery_due.load(Ordering::SeqCst) && !retry_wait {
             self.recover(wall).await;
         }
         self.verify(wall).await;
@@ -961,6 +977,43 @@ mod tests {
         let eps = e.report_episodes();
         assert_eq!(eps.len(), 1);
         assert!(!eps[0].firing && !eps[0].from_prometheus, "{eps:?}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_recovery_is_retried_after_a_pause_not_every_tick() {
+        let mut c = cfg();
+        // Nothing listens on port 9: every query fails at once.
+        c.signals.prometheus_url = Some("http://127.0.0.1:9".into());
+        c.signals.timeout = Duration::from_millis(500);
+        let metrics = Arc::new(Metrics::new(10));
+        let verifier = Arc::new(Verifier::new(&c.signals, metrics.clone()).unwrap());
+        let (plain, store) = engine(&c, true);
+        let e = Engine::new(
+            &c,
+            store,
+            plain.executor.clone(),
+            Some(verifier),
+            Leadership::fixed(true),
+        );
+        let errors = || {
+            metrics
+                .signal_queries
+                .get_or_create(&crate::metrics::SignalLabels {
+                    target: "prometheus",
+                    result: "error",
+                })
+                .get()
+        };
+        e.tick().await;
+        assert_eq!(errors(), 1, "the first tick tries to recover");
+        for _ in 0..5 {
+            e.tick().await;
+        }
+        assert_eq!(errors(), 1, "no retry within RECOVERY_RETRY");
+        assert!(
+            e.report().episodes.is_empty(),
+            "a failed query creates nothing"
+        );
     }
 
     #[test]
