@@ -6,7 +6,9 @@
 //! remedy's own holds).
 
 use crate::support::objects::{api_for, create_with_status, sample};
-use crate::support::procs::{start_alertmanager_at, start_prometheus_at};
+use crate::support::procs::{
+    CLOUD_RULES, cloud_exporter, start_alertmanager_at, start_prometheus_at,
+};
 use crate::support::{Remedy, TestCluster, eventually, free_port, namespace};
 use kube::api::{Api, DynamicObject};
 use remedy::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER};
@@ -14,39 +16,6 @@ use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-/// Serves `cloud_api_error_ratio{kind="OpenStackMachine"}` for Prometheus.
-async fn cloud_exporter(ratio: Arc<AtomicU64>) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let r = f64::from_bits(ratio.load(Ordering::SeqCst));
-            async move {
-                format!(
-                    "# TYPE cloud_api_error_ratio gauge\ncloud_api_error_ratio{{kind=\"OpenStackMachine\"}} {r}\n"
-                )
-            }
-        }),
-    );
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    port
-}
-
-const RULES: &str = r#"
-groups:
-  - name: cloud
-    rules:
-      - alert: CloudAPIDegraded
-        expr: max by (kind) (cloud_api_error_ratio) > 0.3
-        for: 0s
-        labels: {severity: critical}
-"#;
 
 fn hold_of(o: &DynamicObject) -> Option<HoldRecord> {
     let a = o.metadata.annotations.as_ref()?;
@@ -82,7 +51,7 @@ async fn firing_holds_resolved_is_verified_then_remediated() {
     let api = api.expect("api");
 
     let ratio = Arc::new(AtomicU64::new(0.6f64.to_bits()));
-    let cloud = cloud_exporter(ratio.clone()).await;
+    let cloud = cloud_exporter(vec![("OpenStackMachine", ratio.clone())]).await;
     let (prom_port, am_port) = (free_port(), free_port());
     let tmp = tempfile::tempdir().expect("tmp");
     let token = tmp.path().join("token");
@@ -119,7 +88,7 @@ async fn firing_holds_resolved_is_verified_then_remediated() {
              - job_name: remedy\n    static_configs: [{{targets: ['127.0.0.1:{remedy_port}']}}]\n"
         )
         .replace("\n- job_name", "\n  - job_name"),
-        &[("rules.yml", RULES)],
+        &[("rules.yml", CLOUD_RULES)],
     )
     .await;
 

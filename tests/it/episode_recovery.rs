@@ -10,7 +10,9 @@
 //! notification reaches the second one.
 
 use crate::support::objects::{api_for, create_with_status, sample};
-use crate::support::procs::{start_alertmanager_at, start_prometheus_at};
+use crate::support::procs::{
+    CLOUD_RULES, cloud_exporter, start_alertmanager_at, start_prometheus_at,
+};
 use crate::support::{Remedy, TestCluster, eventually, free_port, namespace};
 use kube::api::{Api, DynamicObject};
 use remedy::profile::{HOLD_ANNOTATION, HoldRecord};
@@ -21,41 +23,6 @@ use std::time::{Duration, Instant};
 
 const BRS: &str = "BottlerocketShadow";
 const OSM: &str = "OpenStackMachine";
-
-/// Serves `cloud_api_error_ratio{kind=...}` for both kinds.
-async fn cloud_exporter(brs: Arc<AtomicU64>, osm: Arc<AtomicU64>) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let b = f64::from_bits(brs.load(Ordering::SeqCst));
-            let o = f64::from_bits(osm.load(Ordering::SeqCst));
-            async move {
-                format!(
-                    "# TYPE cloud_api_error_ratio gauge\n\
-                     cloud_api_error_ratio{{kind=\"{BRS}\"}} {b}\n\
-                     cloud_api_error_ratio{{kind=\"{OSM}\"}} {o}\n"
-                )
-            }
-        }),
-    );
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    port
-}
-
-const RULES: &str = r#"
-groups:
-  - name: cloud
-    rules:
-      - alert: CloudAPIDegraded
-        expr: max by (kind) (cloud_api_error_ratio) > 0.3
-        for: 0s
-"#;
 
 fn config(ns: &str, token: &str, prom: u16, am: u16, settle: &str) -> String {
     format!(
@@ -122,7 +89,7 @@ async fn a_restart_after_resolved_recovers_the_episode_from_prometheus() {
         Arc::new(AtomicU64::new(0.6f64.to_bits())),
         Arc::new(AtomicU64::new(0.6f64.to_bits())),
     );
-    let cloud = cloud_exporter(brs_ratio.clone(), osm_ratio.clone()).await;
+    let cloud = cloud_exporter(vec![(BRS, brs_ratio.clone()), (OSM, osm_ratio.clone())]).await;
     let (prom_port, am_port) = (free_port(), free_port());
     let tmp = tempfile::tempdir().expect("tmp");
     let token = tmp.path().join("token");
@@ -149,7 +116,7 @@ async fn a_restart_after_resolved_recovers_the_episode_from_prometheus() {
              alerting:\n  alertmanagers: [{{static_configs: [{{targets: ['127.0.0.1:{am_port}']}}]}}]\n\
              scrape_configs:\n  - {{job_name: cloud, static_configs: [{{targets: ['127.0.0.1:{cloud}']}}]}}\n"
         ),
-        &[("rules.yml", RULES)],
+        &[("rules.yml", CLOUD_RULES)],
     )
     .await;
 

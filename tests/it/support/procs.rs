@@ -4,6 +4,8 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub const ALERTMANAGER_BIN: &str = "/usr/bin/prometheus-alertmanager";
@@ -174,4 +176,40 @@ pub async fn push_alerts(am: &str, alerts: serde_json::Value) {
         .await
         .expect("push alerts");
     assert!(r.status().is_success(), "push alerts: {}", r.status());
+}
+
+/// The cloud-side outage alert the signal tests drive (as in
+/// examples/playground/cloud.rules.yml), on `cloud_api_error_ratio{kind}`.
+pub const CLOUD_RULES: &str = r#"
+groups:
+  - name: cloud
+    rules:
+      - alert: CloudAPIDegraded
+        expr: max by (kind) (cloud_api_error_ratio) > 0.3
+        for: 0s
+        labels: {severity: critical}
+"#;
+
+/// Serves `cloud_api_error_ratio{kind}` for Prometheus to scrape, one series
+/// per kind; the tests move a ratio (f64 bits) to fire or resolve the alert.
+pub async fn cloud_exporter(kinds: Vec<(&'static str, Arc<AtomicU64>)>) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let mut text = String::from("# TYPE cloud_api_error_ratio gauge\n");
+            for (kind, ratio) in &kinds {
+                let r = f64::from_bits(ratio.load(Ordering::SeqCst));
+                text.push_str(&format!("cloud_api_error_ratio{{kind=\"{kind}\"}} {r}\n"));
+            }
+            async move { text }
+        }),
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    port
 }
