@@ -7,7 +7,8 @@
 
 use crate::support::objects::{api_for, create_with_status, sample};
 use crate::support::procs::{
-    CLOUD_RULES, cloud_exporter, start_alertmanager_at, start_prometheus_at,
+    CLOUD_RULES, alerting_prometheus, cloud_exporter, remedy_webhook_route, start_alertmanager_at,
+    start_prometheus_at,
 };
 use crate::support::{Remedy, TestCluster, eventually, free_port, namespace};
 use kube::api::{Api, DynamicObject};
@@ -72,22 +73,13 @@ async fn firing_holds_resolved_is_verified_then_remediated() {
     let remedy_port = remedy.url.rsplit(':').next().expect("port").to_string();
     let _am = start_alertmanager_at(
         am_port,
-        &format!(
-            "route:\n  receiver: remedy\n  group_by: [alertname, kind]\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n\
-             receivers:\n  - name: remedy\n    webhook_configs:\n      - url: http://127.0.0.1:{remedy_port}/webhook/alertmanager\n        send_resolved: true\n        http_config:\n          authorization:\n            type: Bearer\n            credentials_file: {}\n",
-            token.display()
-        ),
+        &remedy_webhook_route(&remedy_port, &token.display().to_string()),
     )
     .await;
+    let cloud = cloud.to_string();
     let _prom = start_prometheus_at(
         prom_port,
-        &format!(
-            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: ['{{dir}}/rules.yml']\n\
-             alerting:\n  alertmanagers: [{{static_configs: [{{targets: ['127.0.0.1:{am_port}']}}]}}]\n\
-             scrape_configs:\n  - job_name: cloud\n    static_configs: [{{targets: ['127.0.0.1:{cloud}']}}]\n\
-             - job_name: remedy\n    static_configs: [{{targets: ['127.0.0.1:{remedy_port}']}}]\n"
-        )
-        .replace("\n- job_name", "\n  - job_name"),
+        &alerting_prometheus(am_port, &[("cloud", &cloud), ("remedy", &remedy_port)]),
         &[("rules.yml", CLOUD_RULES)],
     )
     .await;

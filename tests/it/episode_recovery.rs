@@ -11,7 +11,8 @@
 
 use crate::support::objects::{api_for, create_with_status, sample};
 use crate::support::procs::{
-    CLOUD_RULES, cloud_exporter, start_alertmanager_at, start_prometheus_at,
+    CLOUD_RULES, alerting_prometheus, cloud_exporter, remedy_webhook_route, start_alertmanager_at,
+    start_prometheus_at,
 };
 use crate::support::{Remedy, TestCluster, eventually, free_port, namespace};
 use kube::api::{Api, DynamicObject};
@@ -101,21 +102,11 @@ async fn a_restart_after_resolved_recovers_the_episode_from_prometheus() {
     let mut first = Remedy::serve(cluster, &config(&ns, &token, prom_port, am_port, "1h"));
     first.wait_ready().await;
     let first_port = first.url.rsplit(':').next().expect("port").to_string();
-    let _am = start_alertmanager_at(
-        am_port,
-        &format!(
-            "route:\n  receiver: remedy\n  group_by: [alertname, kind]\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n\
-             receivers:\n  - name: remedy\n    webhook_configs:\n      - url: http://127.0.0.1:{first_port}/webhook/alertmanager\n        send_resolved: true\n        http_config:\n          authorization:\n            type: Bearer\n            credentials_file: {token}\n"
-        ),
-    )
-    .await;
+    let _am = start_alertmanager_at(am_port, &remedy_webhook_route(&first_port, &token)).await;
+    let cloud = cloud.to_string();
     let _prom = start_prometheus_at(
         prom_port,
-        &format!(
-            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: ['{{dir}}/rules.yml']\n\
-             alerting:\n  alertmanagers: [{{static_configs: [{{targets: ['127.0.0.1:{am_port}']}}]}}]\n\
-             scrape_configs:\n  - {{job_name: cloud, static_configs: [{{targets: ['127.0.0.1:{cloud}']}}]}}\n"
-        ),
+        &alerting_prometheus(am_port, &[("cloud", &cloud)]),
         &[("rules.yml", CLOUD_RULES)],
     )
     .await;

@@ -189,15 +189,18 @@ fn serve_with_an_unreadable_certificate_fails_at_start_naming_the_field() {
         ),
     )
     .expect("config");
-    let out = Command::new(env!("CARGO_BIN_EXE_remedy"))
-        .args(["serve", "--config"])
-        .arg(&cfg)
-        // TLS is checked before Kubernetes is contacted: no cluster needed.
-        .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
-        .output()
-        .expect("run remedy");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    // TLS is checked before Kubernetes is contacted: no cluster needed.
+    let failed_start = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_remedy"))
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
+            .output()
+            .expect("run remedy");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = failed_start();
     assert!(
         stderr.contains("`tls.cert_file`") && stderr.contains("missing.crt"),
         "{stderr}"
@@ -205,14 +208,7 @@ fn serve_with_an_unreadable_certificate_fails_at_start_naming_the_field() {
 
     // Readable certificate, key that is not PEM: the key's field is named.
     std::fs::write(&missing, pki().ca_pem).expect("write cert");
-    let out = Command::new(env!("CARGO_BIN_EXE_remedy"))
-        .args(["serve", "--config"])
-        .arg(&cfg)
-        .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
-        .output()
-        .expect("run remedy");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let stderr = failed_start();
     assert!(
         stderr.contains("`tls.key_file`") && stderr.contains("no PEM private key"),
         "{stderr}"

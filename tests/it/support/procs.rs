@@ -213,3 +213,29 @@ pub async fn cloud_exporter(kinds: Vec<(&'static str, Arc<AtomicU64>)>) -> u16 {
     });
     port
 }
+
+/// Alertmanager routing every alert, grouped by alertname and kind, to
+/// remedy's webhook on `remedy_port`, with the Bearer token from a file;
+/// short group timings so tests see holds and resolutions within seconds.
+pub fn remedy_webhook_route(remedy_port: &str, token_file: &str) -> String {
+    format!(
+        "route:\n  receiver: remedy\n  group_by: [alertname, kind]\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n\
+         receivers:\n  - name: remedy\n    webhook_configs:\n      - url: http://127.0.0.1:{remedy_port}/webhook/alertmanager\n        send_resolved: true\n        http_config:\n          authorization:\n            type: Bearer\n            credentials_file: {token_file}\n"
+    )
+}
+
+/// Prometheus evaluating `rules.yml` every second, alerting to the
+/// Alertmanager on `am_port`, scraping each (job, 127.0.0.1 port) target.
+pub fn alerting_prometheus(am_port: u16, jobs: &[(&str, &str)]) -> String {
+    let mut cfg = format!(
+        "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: ['{{dir}}/rules.yml']\n\
+         alerting:\n  alertmanagers: [{{static_configs: [{{targets: ['127.0.0.1:{am_port}']}}]}}]\n\
+         scrape_configs:\n"
+    );
+    for (job, port) in jobs {
+        cfg.push_str(&format!(
+            "  - {{job_name: {job}, static_configs: [{{targets: ['127.0.0.1:{port}']}}]}}\n"
+        ));
+    }
+    cfg
+}
