@@ -90,17 +90,38 @@ fn pem_error(field: &'static str, path: &Path, what: &str, e: pem::Error) -> Tls
     }
 }
 
-/// Reads and checks the certificate chain and key, so that a bad file stops
-/// startup with the reason rather than failing every handshake later.
-fn read_pair(cfg: &TlsConfig, provider: &CryptoProvider) -> Result<Loaded, TlsError> {
+/// The two files as read, with a digest of their contents.
+struct Files {
+    cert_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+    digest: u64,
+}
+
+fn read_files(cfg: &TlsConfig) -> Result<Files, TlsError> {
     let cert_pem = read(CERT_FIELD, &cfg.cert_file)?;
     let key_pem = read(KEY_FIELD, &cfg.key_file)?;
-    let digest = {
-        let mut h = DefaultHasher::new();
-        cert_pem.hash(&mut h);
-        key_pem.hash(&mut h);
-        h.finish()
-    };
+    let mut h = DefaultHasher::new();
+    cert_pem.hash(&mut h);
+    key_pem.hash(&mut h);
+    Ok(Files {
+        digest: h.finish(),
+        cert_pem,
+        key_pem,
+    })
+}
+
+/// Checks the certificate chain and key, so that a bad file stops startup
+/// with the reason rather than failing every handshake later.
+fn parse_pair(
+    cfg: &TlsConfig,
+    provider: &CryptoProvider,
+    files: Files,
+) -> Result<Loaded, TlsError> {
+    let Files {
+        cert_pem,
+        key_pem,
+        digest,
+    } = files;
     let certs = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| pem_error(CERT_FIELD, &cfg.cert_file, "certificate", e))?;
@@ -155,12 +176,19 @@ impl CertStore {
     /// Re-reads the files; `Ok(true)` when a new certificate is now served,
     /// `Ok(false)` when the files did not change. On error nothing changes.
     pub fn reload(&self) -> Result<bool, TlsError> {
-        let loaded = read_pair(&self.cfg, &self.provider)?;
-        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
-        if current.digest == loaded.digest {
+        let files = read_files(&self.cfg)?;
+        let unchanged = {
+            let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
+            current.digest == files.digest
+        };
+        // Unchanged files are not parsed again: the common case every 30 s.
+        // A pair that failed to load differs from the one served, so it is
+        // parsed (and counted as an error) on every attempt.
+        if unchanged {
             return Ok(false);
         }
-        *current = loaded;
+        let loaded = parse_pair(&self.cfg, &self.provider, files)?;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = loaded;
         Ok(true)
     }
 
@@ -195,7 +223,7 @@ pub fn load(cfg: &TlsConfig) -> Result<Tls, TlsError> {
     // ring, the provider kube's client already links; naming it explicitly
     // avoids depending on a process-wide default being installed.
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let loaded = read_pair(cfg, &provider)?;
+    let loaded = parse_pair(cfg, &provider, read_files(cfg)?)?;
     let certs = Arc::new(CertStore {
         cfg: cfg.clone(),
         provider: provider.clone(),
