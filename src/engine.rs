@@ -20,7 +20,6 @@ use crate::view::{PauseState, ResourceKey};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -33,8 +32,6 @@ const ALERT_PREFIX: &str = "alert:";
 const MAX_EPISODES: usize = 1000;
 /// Finished episodes are forgotten after this.
 const EPISODE_TTL: Duration = Duration::from_secs(3600);
-/// Pause between failed attempts to recover episodes from Prometheus.
-const RECOVERY_RETRY: Duration = Duration::from_secs(30);
 const WORKERS: usize = 4;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -155,17 +152,8 @@ pub struct Engine {
     origin: Instant,
     state: Mutex<State>,
     pending: Pending,
-    /// Episodes are to be rebuilt from Prometheus: set at start, on
-    /// becoming leader and to refresh recovered firing episodes; cleared by
-    /// the first recovery that succeeds.
-    recovery_due: AtomicBool,
-    was_leader: AtomicBool,
-    /// When (on the engine clock) the last recovery succeeded.
-    last_recovery: Mutex<Option<Duration>>,
-    /// When the last recovery failed: retried after RECOVERY_RETRY, not on
-    /// every tick, so an unreachable Prometheus (each query waiting for
-    /// `signals.timeout`) does not slow every decision pass.
-    recovery_failed_at: Mutex<Option<Duration>>,
+    /// When to rebuild episodes from Prometheus.
+    recovery: Mutex<recovery::Schedule>,
 }
 
 impl Engine {
@@ -197,15 +185,16 @@ impl Engine {
                 report: StatusReport::default(),
             }),
             pending: Pending::default(),
-            recovery_due: AtomicBool::new(true),
-            was_leader: AtomicBool::new(false),
-            last_recovery: Mutex::new(None),
-            recovery_failed_at: Mutex::new(None),
+            recovery: Mutex::new(recovery::Schedule::default()),
         })
     }
 
     fn now(&self) -> Duration {
         self.origin.elapsed()
+    }
+
+    fn with_schedule<T>(&self, f: impl FnOnce(&mut recovery::Schedule) -> T) -> Option<T> {
+        self.recovery.lock().ok().map(|mut s| f(&mut s))
     }
 
     /// Records an alert notification. Firing cancels queued remediation in
@@ -253,17 +242,13 @@ impl Engine {
 
     /// Rebuilds episodes from Prometheus' ALERTS when due. A failed query
     /// changes nothing (the verifier counts and logs it) and is retried
-    /// after RECOVERY_RETRY.
+    /// after `recovery::RETRY`.
     async fn recover(&self, now: DateTime<Utc>) {
-        let Some(v) = &self.verifier else {
-            self.recovery_due.store(false, Ordering::SeqCst);
+        let names: Vec<&str> = self.alerts.iter().map(|a| a.alertname.as_str()).collect();
+        let Some(v) = self.verifier.as_ref().filter(|_| !names.is_empty()) else {
+            self.with_schedule(recovery::Schedule::not_needed);
             return;
         };
-        let names: Vec<&str> = self.alerts.iter().map(|a| a.alertname.as_str()).collect();
-        if names.is_empty() {
-            self.recovery_due.store(false, Ordering::SeqCst);
-            return;
-        }
         let answer = async {
             Ok::<_, crate::signals::SignalError>(recovery::Answer {
                 firing_now: v.alert_label_sets(&names, None).await?,
@@ -274,10 +259,9 @@ impl Engine {
         match answer {
             Ok(a) => self.apply_recovery(&a, now),
             Err(e) => {
-                if let Ok(mut at) = self.recovery_failed_at.lock() {
-                    *at = Some(self.now());
-                }
-                tracing::warn!(error = %e, label = e.label(), retry_in = ?RECOVERY_RETRY, "cannot recover alert episodes from Prometheus");
+                let at = self.now();
+                self.with_schedule(|s| s.failed(at));
+                tracing::warn!(error = %e, label = e.label(), retry_in = ?recovery::RETRY, "cannot recover alert episodes from Prometheus");
             }
         }
     }
@@ -294,10 +278,8 @@ impl Engine {
             }
             plan
         };
-        self.recovery_due.store(false, Ordering::SeqCst);
-        if let Ok(mut at) = self.last_recovery.lock() {
-            *at = Some(self.now());
-        }
+        let at = self.now();
+        self.with_schedule(|s| s.succeeded(at));
         let firing: Vec<&Scope> = plan.firing().collect();
         tracing::info!(
             firing = firing.len(),
@@ -384,29 +366,17 @@ impl Engine {
     pub async fn tick(&self) {
         let wall = Utc::now();
         let now = self.now();
-        // A new leader may have missed notifications the old one got.
-        let leader_now = self.leader.is_leader();
-        if self.was_leader.swap(leader_now, Ordering::SeqCst) != leader_now && leader_now {
-            self.recovery_due.store(true, Ordering::SeqCst);
-        }
-        let since = self
-            .last_recovery
-            .lock()
-            .ok()
-            .and_then(|at| *at)
-            .map(|at| now.saturating_sub(at));
-        if let (Some(since), Ok(st)) = (since, self.state.lock())
-            && recovery::needs_refresh(&st.episodes, since)
-        {
-            self.recovery_due.store(true, Ordering::SeqCst);
-        }
-        let retry_wait = self
-            .recovery_failed_at
-            .lock()
-            .ok()
-            .and_then(|at| *at)
-            .is_some_and(|at| now.saturating_sub(at) < RECOVERY_RETRY);
-        if self.recovery_due.load(Ordering::SeqCst) && !retry_wait {
+        let leader = self.leader.is_leader();
+        let run = self
+            .with_schedule(|s| {
+                s.should_run(now, leader, |since| {
+                    self.state
+                        .lock()
+                        .is_ok_and(|st| recovery::needs_refresh(&st.episodes, since))
+                })
+            })
+            .unwrap_or(false);
+        if run {
             self.recover(wall).await;
         }
         self.verify(wall).await;
@@ -1009,7 +979,7 @@ mod tests {
         for _ in 0..5 {
             e.tick().await;
         }
-        assert_eq!(errors(), 1, "no retry within RECOVERY_RETRY");
+        assert_eq!(errors(), 1, "no retry within recovery::RETRY");
         assert!(
             e.report().episodes.is_empty(),
             "a failed query creates nothing"

@@ -20,10 +20,77 @@ use std::time::Duration;
 /// its holds would stay forever.
 pub const REFRESH: Duration = Duration::from_secs(60);
 
+/// Pause between failed attempts: an unreachable Prometheus (each query
+/// waiting for `signals.timeout`) must not slow every decision pass.
+pub const RETRY: Duration = Duration::from_secs(30);
+
 /// Whether to query again: some firing episode came from Prometheus and
 /// the last recovery is `REFRESH` old.
 pub fn needs_refresh(existing: &BTreeMap<Scope, Episode>, since_last: Duration) -> bool {
     since_last >= REFRESH && existing.values().any(|e| e.from_prometheus && e.firing)
+}
+
+/// When to recover: at start, on becoming leader (a new leader may have
+/// missed notifications the old one got) and to refresh recovered firing
+/// episodes; a failed attempt waits `RETRY`. Times are on the engine's
+/// monotonic clock.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    due: bool,
+    was_leader: bool,
+    last_ok: Option<Duration>,
+    last_failed: Option<Duration>,
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Self {
+            due: true,
+            was_leader: false,
+            last_ok: None,
+            last_failed: None,
+        }
+    }
+}
+
+impl Schedule {
+    /// Whether to query at `now`; `refresh` tells, given the time since the
+    /// last success, whether recovered episodes want asking about again.
+    pub fn should_run(
+        &mut self,
+        now: Duration,
+        leader: bool,
+        refresh: impl FnOnce(Duration) -> bool,
+    ) -> bool {
+        if leader && !self.was_leader {
+            self.due = true;
+        }
+        self.was_leader = leader;
+        if self
+            .last_ok
+            .is_some_and(|at| refresh(now.saturating_sub(at)))
+        {
+            self.due = true;
+        }
+        let waiting = self
+            .last_failed
+            .is_some_and(|at| now.saturating_sub(at) < RETRY);
+        self.due && !waiting
+    }
+
+    pub fn succeeded(&mut self, now: Duration) {
+        self.due = false;
+        self.last_ok = Some(now);
+    }
+
+    pub fn failed(&mut self, now: Duration) {
+        self.last_failed = Some(now);
+    }
+
+    /// Nothing to recover from (no Prometheus, no alerts configured).
+    pub fn not_needed(&mut self) {
+        self.due = false;
+    }
 }
 
 /// What Prometheus answered: label sets (without `__name__`/`alertstate`)
@@ -127,6 +194,34 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schedule_runs_at_start_on_leadership_to_refresh_and_waits_after_a_failure() {
+        let s = |secs| Duration::from_secs(secs);
+        let mut sch = Schedule::default();
+        assert!(sch.should_run(s(0), false, |_| false), "due at start");
+        sch.failed(s(0));
+        assert!(!sch.should_run(s(29), false, |_| false), "waits RETRY");
+        assert!(sch.should_run(s(30), false, |_| false));
+        sch.succeeded(s(30));
+        assert!(
+            !sch.should_run(s(31), false, |_| false),
+            "done until needed"
+        );
+        assert!(sch.should_run(s(32), true, |_| false), "became leader");
+        sch.succeeded(s(32));
+        assert!(
+            !sch.should_run(s(33), true, |_| false),
+            "still leader: not again"
+        );
+        assert!(!sch.should_run(s(40), true, |since| since >= s(60)));
+        assert!(
+            sch.should_run(s(92), true, |since| since >= s(60)),
+            "refresh"
+        );
+        sch.not_needed();
+        assert!(!sch.should_run(s(93), true, |_| false));
+    }
     use crate::config::Selector;
 
     fn rules() -> Vec<AlertRule> {
