@@ -169,13 +169,16 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         cfg.budget.writes_per_second,
         cfg.budget.write_burst,
     ));
-    let executor = Arc::new(Executor::new(
-        client,
-        metrics.clone(),
-        limiter,
-        leadership.clone(),
-        cfg.dry_run,
-    ));
+    let executor = Arc::new(
+        Executor::new(
+            client,
+            metrics.clone(),
+            limiter,
+            leadership.clone(),
+            cfg.dry_run,
+        )
+        .with_own_writes(store.own_writes().clone()),
+    );
     let engine = Engine::new(&cfg, store.clone(), executor, verifier, leadership);
     tokio::spawn(engine.clone().run(cfg.tick, rx));
 

@@ -258,6 +258,12 @@ pub struct Config {
     /// How often decisions are re-evaluated.
     #[serde(with = "humantime_serde")]
     pub tick: Duration,
+    /// After remedy writes a resource (release, cleared failure), the
+    /// failure signals it still shows (a condition the controller has not
+    /// rewritten yet) are ignored until someone else writes it, or for at
+    /// most this long if the controller stays silent.
+    #[serde(with = "humantime_serde")]
+    pub controller_grace: Duration,
 }
 
 impl Default for Config {
@@ -281,6 +287,7 @@ impl Default for Config {
             classification: ClassificationConfig::default(),
             max_resource_series: 10_000,
             tick: Duration::from_secs(5),
+            controller_grace: Duration::from_secs(300),
         }
     }
 }

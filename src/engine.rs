@@ -147,6 +147,7 @@ pub struct Engine {
     alerts: Vec<AlertRule>,
     breaker_query: Option<String>,
     settle: Duration,
+    controller_grace: Duration,
     max_per_tick: usize,
     dry_run: bool,
     origin: Instant,
@@ -174,6 +175,7 @@ impl Engine {
             alerts: cfg.alerts.clone(),
             breaker_query: cfg.breaker.query.clone(),
             settle: cfg.signals.settle,
+            controller_grace: cfg.controller_grace,
             max_per_tick: usize::try_from(cfg.budget.burst).unwrap_or(usize::MAX),
             dry_run: cfg.dry_run,
             origin: Instant::now(),
@@ -442,14 +444,19 @@ impl Engine {
         self.store.for_each(|key, e| {
             sample.total += 1;
             let held = matches!(e.view.pause, PauseState::Ours { .. });
-            let not_found = matches!(
-                e.verdict,
-                Verdict::Terminal {
-                    not_found: true,
-                    ..
-                }
-            );
-            let transient = matches!(e.verdict, Verdict::Transient { .. });
+            // Signals that predate remedy's own last write (a released or
+            // remediated object whose controller has not reconciled yet)
+            // are not a new failure: they neither feed the breaker nor hold.
+            let fresh = e.signals_count(self.controller_grace);
+            let not_found = fresh
+                && matches!(
+                    e.verdict,
+                    Verdict::Terminal {
+                        not_found: true,
+                        ..
+                    }
+                );
+            let transient = fresh && matches!(e.verdict, Verdict::Transient { .. });
             // Only failures that still reconcile (and so still call the
             // cloud) feed the breaker: a paused resource, ours or a human's,
             // makes no calls, and counting it would keep the breaker open.
@@ -555,6 +562,7 @@ impl Engine {
                     since: wall,
                     reason,
                     crash_count,
+                    value: None,
                 };
                 if let Some(e) = self.store.get(&key) {
                     st.planned_at_rv
@@ -841,6 +849,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn stale_signals_after_remedys_write_neither_open_the_breaker_nor_hold() {
+        let (e, store) = engine(&cfg(), true);
+        // Just released by remedy: failure cleared, the provider's old
+        // condition still there until it reconciles.
+        let released = |name: &str, rv: &str| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackMachine",
+                "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv},
+                "status": {"instanceState": "BUILD", "conditions": [
+                    {"type": "InstanceReady", "status": "False", "reason": "InstanceNotFound"}]}
+            }))
+            .unwrap()
+        };
+        for name in ["a", "b", "c"] {
+            store
+                .own_writes()
+                .record(&ResourceKey::new("OpenStackMachine", "ns", name), "10");
+            store.apply(0, &released(name, "10"));
+        }
+        for _ in 0..3 {
+            e.tick().await;
+        }
+        assert!(
+            !e.report().breaker_open,
+            "a not-found burst of our own making"
+        );
+        assert!(pending(&e).is_empty());
+        // The controller reconciles and still cannot find them: now it counts.
+        for name in ["a", "b", "c"] {
+            store.apply(0, &released(name, "11"));
+        }
+        e.tick().await;
+        e.tick().await;
+        assert!(e.report().breaker_open);
+        assert_eq!(pending(&e).len(), 3);
+    }
+
+    #[tokio::test]
     async fn a_follower_decides_nothing() {
         let (e, store) = engine(&cfg(), false);
         store.apply(0, &osm("a", true, json!({})));
@@ -870,6 +916,7 @@ mod tests {
             since: Utc::now(),
             reason: "alert:CloudAPIDegraded".into(),
             crash_count: 1,
+            value: None,
         })
         .unwrap();
         let mut held = osm(

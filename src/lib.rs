@@ -5,6 +5,7 @@
 //! no I/O; Kubernetes, HTTP and Prometheus live in the edge modules.
 
 pub mod app;
+pub mod authorship;
 pub mod backoff;
 pub mod budget;
 pub mod classify;

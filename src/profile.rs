@@ -12,10 +12,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// Value remedy writes into the pause annotation. Controllers only check the
-/// key; the value lets remedy tell its own pause from a human's.
+/// Default value remedy writes into a pause annotation. Cluster API checks
+/// only that `cluster.x-k8s.io/paused` is present (`annotations.HasPaused`),
+/// so any value pauses; other controllers need a given value (Crossplane:
+/// `crossplane.io/paused: "true"`), set per profile with `hold.value`.
 pub const PAUSE_MARKER: &str = "remedy.dev/hold";
-/// Annotation recording why and since when remedy holds a resource.
+/// Annotation recording why and since when remedy holds a resource, and what
+/// it wrote to pause it. Ownership is decided from this record, never from
+/// the pause value alone (a human may write the same value).
 pub const HOLD_ANNOTATION: &str = "remedy.dev/hold";
 /// Value remedy writes into skip-remediation while it clears failure status.
 pub const SKIP_MARKER: &str = "remedy.dev/clearing";
@@ -66,14 +70,67 @@ pub struct FieldPaths {
     pub failure_time: Vec<String>,
 }
 
+/// How a profile's controller is paused: an annotation (CAPI, Crossplane)
+/// or a spec field (CAPI `Cluster.spec.paused`), and the value that pauses.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HoldSpec {
-    /// Annotation whose presence makes the controller stop reconciling.
-    pub annotation: String,
+    /// Annotation the controller reads to stop reconciling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotation: Option<String>,
+    /// Or a field under /spec (JSON pointer) the controller reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// What remedy writes. Annotation: a string (default
+    /// [`PAUSE_MARKER`]); field: any JSON value (default `true`). The
+    /// controller must treat it as paused: see README "What a hold means".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// Where a hold is written, resolved from a validated [`HoldSpec`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldTarget<'a> {
+    Annotation(&'a str),
+    Field(&'a str),
+}
+
+impl HoldSpec {
+    pub fn annotation(key: &str) -> Self {
+        Self {
+            annotation: Some(key.into()),
+            field: None,
+            value: None,
+        }
+    }
+
+    pub fn target(&self) -> Option<HoldTarget<'_>> {
+        match (&self.annotation, &self.field) {
+            (Some(a), None) => Some(HoldTarget::Annotation(a)),
+            (None, Some(f)) => Some(HoldTarget::Field(f)),
+            _ => None,
+        }
+    }
+
+    /// The value remedy writes to pause.
+    pub fn pause_value(&self) -> Value {
+        match (&self.value, self.target()) {
+            (Some(v), _) => v.clone(),
+            (None, Some(HoldTarget::Field(_))) => Value::Bool(true),
+            (None, _) => Value::from(PAUSE_MARKER),
+        }
+    }
+
+    /// The pause as it is on the object now, `None` when absent.
+    pub fn current(&self, annotations: &BTreeMap<String, String>, data: &Value) -> Option<Value> {
+        match self.target()? {
+            HoldTarget::Annotation(k) => annotations.get(k).map(|v| Value::from(v.as_str())),
+            HoldTarget::Field(p) => data.pointer(p).filter(|v| !v.is_null()).cloned(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RemediationSpec {
     /// Status fields (JSON pointers under /status) remediation sets to null.
@@ -86,6 +143,28 @@ pub struct RemediationSpec {
     /// resource mid-way (CAPI MachineHealthCheck honours it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_remediation_annotation: Option<String>,
+    /// Whether a breaker release also clears the failure fields (with the
+    /// skip-remediation guard). The CAPI providers return early while
+    /// failureReason is set ("Not reconciling machine in failed state"),
+    /// so a release that only unpaused would probe nothing. Counters are
+    /// kept either way.
+    #[serde(default = "yes")]
+    pub release_clears_failure: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for RemediationSpec {
+    fn default() -> Self {
+        Self {
+            clear_status: Vec::new(),
+            reset_status: Vec::new(),
+            skip_remediation_annotation: None,
+            release_clears_failure: true,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -114,6 +193,8 @@ pub enum ProfileError {
     NotStatus { profile: String, path: String },
     #[error("unknown built-in profile {0:?} (see `remedy profiles`)")]
     UnknownBuiltin(String),
+    #[error("profile {profile}: hold {why}")]
+    BadHold { profile: String, why: &'static str },
 }
 
 impl ProfileError {
@@ -123,6 +204,7 @@ impl ProfileError {
             Self::BadPointer { .. } => "bad_pointer",
             Self::NotStatus { .. } => "not_status",
             Self::UnknownBuiltin(_) => "unknown_builtin",
+            Self::BadHold { .. } => "bad_hold",
         }
     }
 }
@@ -170,6 +252,9 @@ impl Profile {
                 self.check_pointer(field, p)?;
             }
         }
+        if let Some(h) = &self.hold {
+            self.check_hold(h)?;
+        }
         let r = &self.remediation;
         for p in r
             .clear_status
@@ -185,6 +270,45 @@ impl Profile {
             }
         }
         Ok(())
+    }
+
+    fn check_hold(&self, h: &HoldSpec) -> Result<(), ProfileError> {
+        let bad = |why| ProfileError::BadHold {
+            profile: self.name.clone(),
+            why,
+        };
+        match h.target() {
+            None => Err(bad("needs exactly one of `annotation` or `field`")),
+            Some(HoldTarget::Annotation(a)) => {
+                if a.is_empty() {
+                    Err(bad("annotation is empty"))
+                } else if a == HOLD_ANNOTATION {
+                    Err(bad("annotation cannot be remedy's own record annotation"))
+                } else if h.value.as_ref().is_some_and(|v| !v.is_string()) {
+                    Err(bad("value must be a string for an annotation"))
+                } else if h.value.as_ref().is_some_and(|v| v.as_str() == Some("")) {
+                    Err(bad("value must not be empty"))
+                } else {
+                    Ok(())
+                }
+            }
+            Some(HoldTarget::Field(f)) => {
+                self.check_pointer("hold.field", f)?;
+                if !f.starts_with("/spec/") {
+                    Err(bad(
+                        "field must be under /spec (a pause the controller reads)",
+                    ))
+                } else if h
+                    .value
+                    .as_ref()
+                    .is_some_and(|v| v.is_null() || *v == Value::Bool(false))
+                {
+                    Err(bad("value must be what pauses, not null or false"))
+                } else {
+                    Ok(())
+                }
+            }
+        }
     }
 
     fn check_pointer(&self, field: &'static str, p: &str) -> Result<(), ProfileError> {
@@ -218,7 +342,7 @@ impl Profile {
         };
         let empty = BTreeMap::new();
         let annotations = meta.annotations.as_ref().unwrap_or(&empty);
-        view.pause = self.pause_state(annotations);
+        view.pause = self.pause_state(annotations, &obj.data);
         view.skip_remediation = match self
             .remediation
             .skip_remediation_annotation
@@ -292,23 +416,33 @@ impl Profile {
         !self.fields.crash_count.is_empty()
     }
 
-    fn pause_state(&self, annotations: &BTreeMap<String, String>) -> PauseState {
+    /// Ours only when remedy's record is there and says remedy wrote exactly
+    /// the value the pause has now; any other pause (set before, changed
+    /// after, or with the record removed) is someone else's and is never
+    /// touched. A human who wants to keep a remedy hold removes the record.
+    fn pause_state(&self, annotations: &BTreeMap<String, String>, data: &Value) -> PauseState {
         let Some(hold) = &self.hold else {
             return PauseState::NotPaused;
         };
-        match annotations.get(&hold.annotation) {
-            None => PauseState::NotPaused,
-            Some(v) if v == PAUSE_MARKER => match annotations.get(HOLD_ANNOTATION) {
-                Some(record) => {
-                    let r = HoldRecord::parse(record);
-                    PauseState::Ours {
-                        since: r.as_ref().map(|r| r.since),
-                        reason: r.map(|r| r.reason.into()),
-                    }
-                }
-                None => PauseState::Foreign,
-            },
-            Some(_) => PauseState::Foreign,
+        let Some(current) = hold.current(annotations, data) else {
+            return PauseState::NotPaused;
+        };
+        if matches!(hold.target(), Some(HoldTarget::Field(_))) && current != hold.pause_value() {
+            // A field holding something else (`paused: false`) is no pause.
+            return PauseState::NotPaused;
+        }
+        let Some(record) = annotations
+            .get(HOLD_ANNOTATION)
+            .and_then(|r| HoldRecord::parse(r))
+        else {
+            return PauseState::Foreign;
+        };
+        if record.wrote_value() != current {
+            return PauseState::Foreign;
+        }
+        PauseState::Ours {
+            since: Some(record.since),
+            reason: Some(record.reason.into()),
         }
     }
 }
@@ -321,11 +455,21 @@ pub struct HoldRecord {
     /// The crash count this hold records (kinds without a native counter).
     #[serde(default)]
     pub crash_count: u32,
+    /// The pause value remedy wrote. Records written before this field
+    /// existed wrote [`PAUSE_MARKER`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
 }
 
 impl HoldRecord {
     pub fn parse(s: &str) -> Option<Self> {
         serde_json::from_str(s).ok()
+    }
+
+    pub fn wrote_value(&self) -> Value {
+        self.value
+            .clone()
+            .unwrap_or_else(|| Value::from(PAUSE_MARKER))
     }
 }
 
@@ -431,13 +575,10 @@ fn capi_profile(name: &str, group: &str, version: &str, kind: &str, state: &[&st
         plural: None,
         fields: capi_fields(state),
         terminal_states: Vec::new(),
-        hold: Some(HoldSpec {
-            annotation: CAPI_PAUSED.into(),
-        }),
+        hold: Some(HoldSpec::annotation(CAPI_PAUSED)),
         remediation: RemediationSpec {
             clear_status: capi_clear(),
-            reset_status: Vec::new(),
-            skip_remediation_annotation: None,
+            ..RemediationSpec::default()
         },
     }
 }
@@ -506,7 +647,7 @@ pub fn builtins() -> Vec<Profile> {
                 path: "/status/crash_count".into(),
                 value: Value::from(0),
             }],
-            skip_remediation_annotation: None,
+            ..RemediationSpec::default()
         },
     };
     vec![machine, cluster, openstack, aws, azure, bottlerocket]
@@ -671,6 +812,164 @@ mod tests {
                 reason: Some("breaker".into())
             }
         );
+    }
+
+    fn crossplane_profile() -> Profile {
+        Profile {
+            name: "crossplane-instance".into(),
+            group: "ec2.aws.crossplane.io".into(),
+            version: "v1alpha1".into(),
+            kind: "Instance".into(),
+            plural: None,
+            fields: capi_fields(&[]),
+            terminal_states: Vec::new(),
+            hold: Some(HoldSpec {
+                annotation: Some("crossplane.io/paused".into()),
+                field: None,
+                value: Some(Value::from("true")),
+            }),
+            remediation: RemediationSpec::default(),
+        }
+    }
+
+    fn pause_of(
+        p: &Profile,
+        annotations: serde_json::Value,
+        spec: serde_json::Value,
+    ) -> PauseState {
+        let obj: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v", "kind": "K",
+            "metadata": {"name": "x", "annotations": annotations},
+            "spec": spec,
+        }))
+        .unwrap();
+        p.project(&obj).view.pause
+    }
+
+    fn record(value: Option<Value>) -> String {
+        serde_json::to_string(&HoldRecord {
+            since: "2026-12-02T10:00:00Z".parse().unwrap(),
+            reason: "breaker".into(),
+            crash_count: 1,
+            value,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn ownership_comes_from_the_record_not_the_value() {
+        use serde_json::json;
+        let p = crossplane_profile();
+        p.validate().unwrap();
+        let ours = |v: &PauseState| matches!(v, PauseState::Ours { .. });
+        let rec = record(Some(Value::from("true")));
+        // Crossplane pauses only on exactly "true": remedy writes that.
+        assert!(ours(&pause_of(
+            &p,
+            json!({"crossplane.io/paused": "true", HOLD_ANNOTATION: rec}),
+            json!({})
+        )));
+        // The same value set by a human, without remedy's record: not ours.
+        assert_eq!(
+            pause_of(&p, json!({"crossplane.io/paused": "true"}), json!({})),
+            PauseState::Foreign
+        );
+        // A human changed the value after remedy's hold: not ours any more.
+        assert_eq!(
+            pause_of(
+                &p,
+                json!({"crossplane.io/paused": "false", HOLD_ANNOTATION: rec}),
+                json!({})
+            ),
+            PauseState::Foreign
+        );
+        // A record saying remedy wrote another value: not ours.
+        assert_eq!(
+            pause_of(
+                &p,
+                json!({"crossplane.io/paused": "true", HOLD_ANNOTATION: record(None)}),
+                json!({})
+            ),
+            PauseState::Foreign
+        );
+        // Records from before `value` existed wrote remedy's marker (CAPI).
+        let capi = builtin("capi-machine").unwrap();
+        assert!(ours(&pause_of(
+            &capi,
+            json!({CAPI_PAUSED: PAUSE_MARKER, HOLD_ANNOTATION: record(None)}),
+            json!({})
+        )));
+        assert_eq!(
+            pause_of(&capi, json!({HOLD_ANNOTATION: rec}), json!({})),
+            PauseState::NotPaused,
+            "a record without a pause holds nothing"
+        );
+    }
+
+    #[test]
+    fn a_spec_field_pause_uses_the_same_model() {
+        use serde_json::json;
+        let mut p = builtin("capi-cluster").unwrap();
+        p.hold = Some(HoldSpec {
+            annotation: None,
+            field: Some("/spec/paused".into()),
+            value: None,
+        });
+        p.validate().unwrap();
+        let rec = record(Some(Value::Bool(true)));
+        assert!(matches!(
+            pause_of(&p, json!({HOLD_ANNOTATION: rec}), json!({"paused": true})),
+            PauseState::Ours { .. }
+        ));
+        assert_eq!(
+            pause_of(&p, json!({}), json!({"paused": true})),
+            PauseState::Foreign,
+            "paused by clusterctl move or a human"
+        );
+        assert_eq!(
+            pause_of(&p, json!({HOLD_ANNOTATION: rec}), json!({"paused": false})),
+            PauseState::NotPaused
+        );
+        assert_eq!(pause_of(&p, json!({}), json!({})), PauseState::NotPaused);
+    }
+
+    #[test]
+    fn bad_holds_are_refused_with_the_reason() {
+        let mut p = crossplane_profile();
+        let bad = |p: &Profile| match p.validate() {
+            Err(e @ ProfileError::BadHold { .. }) => e.to_string(),
+            other => panic!("{other:?}"),
+        };
+        p.hold = Some(HoldSpec {
+            annotation: Some("a".into()),
+            field: Some("/spec/paused".into()),
+            value: None,
+        });
+        assert!(bad(&p).contains("exactly one"));
+        p.hold = Some(HoldSpec {
+            annotation: Some("crossplane.io/paused".into()),
+            field: None,
+            value: Some(Value::Bool(true)),
+        });
+        assert!(bad(&p).contains("string"));
+        p.hold = Some(HoldSpec {
+            annotation: None,
+            field: Some("/status/paused".into()),
+            value: None,
+        });
+        assert!(bad(&p).contains("under /spec"));
+        p.hold = Some(HoldSpec {
+            annotation: None,
+            field: Some("/spec/paused".into()),
+            value: Some(Value::Bool(false)),
+        });
+        assert!(bad(&p).contains("what pauses"));
+        p.hold = Some(HoldSpec::annotation(HOLD_ANNOTATION));
+        assert!(bad(&p).contains("record"));
+        let yaml = "name: x\ngroup: g\nversion: v1\nkind: K\nhold: {annotation: crossplane.io/paused, value: 'true'}\n";
+        let parsed: Profile = serde_yaml_ng::from_str(yaml).unwrap();
+        assert_eq!(parsed.hold.unwrap().pause_value(), Value::from("true"));
+        assert!(parsed.remediation.release_clears_failure, "on by default");
     }
 
     #[test]

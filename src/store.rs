@@ -2,6 +2,7 @@
 //! the aggregate metrics derived from it (kept incrementally so a 100k-object
 //! fleet costs O(1) per event).
 
+use crate::authorship::{Author, OwnWrites};
 use crate::backoff::BackoffPolicy;
 use crate::classify::{Classifier, Verdict};
 use crate::metrics::{ErrorLabels, KindLabels, KindStateLabels, Metrics};
@@ -11,6 +12,7 @@ use kube::api::DynamicObject;
 use std::collections::{HashMap, HashSet};
 use std::num::NonZeroU64;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Entry {
@@ -20,9 +22,20 @@ pub struct Entry {
     pub verdict: Verdict,
     /// [`FailureText::digest`]: the texts themselves are not kept.
     pub failure: Option<NonZeroU64>,
+    /// Set when this state is remedy's own write (see [`crate::authorship`]):
+    /// its failure signals predate that write and are stale until someone
+    /// else writes the object.
+    pub own_write: Option<Instant>,
 }
 
 impl Entry {
+    /// Whether the failure signals count for decisions now: not while they
+    /// predate remedy's last write, unless the controller has stayed silent
+    /// for `grace` (then they are what the object says).
+    pub fn signals_count(&self, grace: Duration) -> bool {
+        self.own_write.is_none_or(|at| at.elapsed() >= grace)
+    }
+
     /// The `state` label: a held resource counts as held whatever it failed with.
     pub fn state(&self) -> &'static str {
         if matches!(self.view.pause, PauseState::Ours { .. }) {
@@ -55,6 +68,7 @@ pub struct Store {
     /// pruned.
     kinds: Vec<Arc<str>>,
     namespaces: Mutex<HashSet<Arc<str>>>,
+    own: Arc<OwnWrites>,
 }
 
 impl Store {
@@ -93,6 +107,7 @@ impl Store {
                 .map(|p| Arc::from(p.kind.as_str()))
                 .collect(),
             namespaces: Mutex::default(),
+            own: Arc::default(),
             profiles,
             classifier,
             backoff,
@@ -111,6 +126,11 @@ impl Store {
 
     pub fn backoff(&self) -> &BackoffPolicy {
         &self.backoff
+    }
+
+    /// The record of remedy's writes, shared with the executor.
+    pub fn own_writes(&self) -> &Arc<OwnWrites> {
+        &self.own
     }
 
     pub fn key(&self, profile: usize, obj: &DynamicObject) -> Option<ResourceKey> {
@@ -144,6 +164,10 @@ impl Store {
         let p = &self.profiles[profile];
         let projection = p.project(obj);
         let verdict = self.classifier.classify(p, &projection);
+        let own_write = match self.own.author(&key, &projection.view.resource_version) {
+            Author::Remedy { at } => Some(at),
+            Author::Other => None,
+        };
         self.upsert(
             key.clone(),
             Entry {
@@ -151,6 +175,7 @@ impl Store {
                 failure: projection.failure.digest(),
                 view: projection.view,
                 verdict,
+                own_write,
             },
         );
         Some(key)
@@ -174,6 +199,7 @@ impl Store {
     pub fn remove(&self, key: &ResourceKey) -> Option<Entry> {
         let mut inner = self.inner.write().ok()?;
         let old = inner.entries.remove(key)?;
+        self.own.forget(key);
         Self::count(&mut inner, &key.kind, old.state(), -1);
         self.metrics.remove_resource(key);
         self.kind_gauges(&inner, &key.kind);
@@ -297,12 +323,24 @@ impl Store {
 
     /// Counts a failure once when it first appears or changes (a relist or a
     /// status update that repeats the same failure is not a new error).
+    /// Nothing remedy writes counts: its own writes are skipped, and the
+    /// counter and failure time it keeps in annotations (kinds without a
+    /// native counter) are not part of a failure's identity. A native
+    /// counter that moves (brupop's crash_count) is a new failure.
     fn count_new_failure(&self, key: &ResourceKey, old: Option<&Entry>, new: &Entry) {
+        if new.own_write.is_some() {
+            return;
+        }
+        let native = self
+            .profiles
+            .get(new.profile)
+            .is_some_and(Profile::has_native_counter);
         let same = old.is_some_and(|o| {
             o.verdict == new.verdict
                 && o.failure == new.failure
-                && o.view.crash_count == new.view.crash_count
-                && o.view.failure_time == new.view.failure_time
+                && (!native
+                    || (o.view.crash_count == new.view.crash_count
+                        && o.view.failure_time == new.view.failure_time))
         });
         if same {
             return;
@@ -394,5 +432,94 @@ mod tests {
         // The same failure coming back after recovery is a new error.
         s.apply(0, &failing(6, "got 502 instead"));
         assert_eq!(errors(&s, "server_error"), 3);
+    }
+
+    fn with_annotations(mut o: DynamicObject, a: serde_json::Value) -> DynamicObject {
+        o.metadata.annotations = serde_json::from_value(a).ok();
+        o
+    }
+
+    #[test]
+    fn nothing_remedy_writes_counts_as_a_failure() {
+        let s = store();
+        let status = json!({"failureReason": "CreateError", "failureMessage": "got 503 instead", "instanceState": "BUILD"});
+        let key = s.apply(0, &osm(1, status.clone())).unwrap();
+        assert_eq!(errors(&s, "server_error"), 1);
+        // remedy's hold: pause, record, its own crash count and failure time.
+        let hold = json!({"cluster.x-k8s.io/paused": "remedy.dev/hold", "remedy.dev/crash-count": "1",
+                          "remedy.dev/failure-time": "2026-12-03T01:00:00Z"});
+        s.own_writes().record(&key, "2");
+        s.apply(0, &with_annotations(osm(2, status.clone()), hold.clone()));
+        assert_eq!(errors(&s, "server_error"), 1, "remedy's hold write");
+        assert!(s.get(&key).unwrap().own_write.is_some());
+        // Even unrecorded (a restart forgot the write), remedy's counter
+        // annotations are not part of the failure.
+        let again = json!({"cluster.x-k8s.io/paused": "remedy.dev/hold", "remedy.dev/crash-count": "2",
+                           "remedy.dev/failure-time": "2026-12-03T01:05:00Z"});
+        s.apply(0, &with_annotations(osm(3, status.clone()), again));
+        assert_eq!(errors(&s, "server_error"), 1, "an unrecorded hold update");
+        // remedy clears the failure on release; the provider's stale
+        // condition stays, and that state is remedy's write.
+        s.own_writes().record(&key, "4");
+        let stale = json!({"instanceState": "BUILD",
+            "conditions": [{"type": "InstanceReady", "status": "False", "reason": "InstanceNotFound"}]});
+        s.apply(0, &osm(4, stale));
+        let e = s.get(&key).unwrap();
+        assert!(e.own_write.is_some() && !e.signals_count(Duration::from_secs(60)));
+        assert!(
+            e.signals_count(Duration::ZERO),
+            "after the grace they count"
+        );
+        let not_found = |s: &Store| {
+            s.metrics()
+                .terminal_errors
+                .get_or_create(&ErrorLabels {
+                    namespace: "ns".into(),
+                    kind: "OpenStackMachine".into(),
+                    reason: "not_found".into(),
+                })
+                .get()
+        };
+        assert_eq!(not_found(&s), 0, "stale signals left by remedy's write");
+        // The controller retries after the release and fails again: once.
+        s.apply(0, &osm(5, status.clone()));
+        assert!(s.get(&key).unwrap().own_write.is_none());
+        assert_eq!(errors(&s, "server_error"), 2);
+        s.apply(0, &osm(6, status));
+        assert_eq!(errors(&s, "server_error"), 2);
+    }
+
+    #[test]
+    fn a_native_counter_that_moves_is_a_new_failure() {
+        let s = Store::new(
+            vec![crate::profile::builtin("bottlerocket-shadow").unwrap()],
+            Classifier::new(&default_rules()).unwrap(),
+            BackoffPolicy::default(),
+            Arc::new(Metrics::new(100)),
+        );
+        let shadow = |rv: u64, n: u32| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "brupop.bottlerocket.aws/v2", "kind": "BottlerocketShadow",
+                "metadata": {"name": "b", "namespace": "ns", "resourceVersion": rv.to_string()},
+                "status": {"current_state": "ErrorReset", "crash_count": n,
+                           "state_transition_failure_timestamp": format!("2026-12-03T01:0{n}:00Z")},
+            }))
+            .unwrap()
+        };
+        let crash_loops = |s: &Store| {
+            s.metrics()
+                .transient_errors
+                .get_or_create(&ErrorLabels {
+                    namespace: "ns".into(),
+                    kind: "BottlerocketShadow".into(),
+                    reason: "crash_loop".into(),
+                })
+                .get()
+        };
+        s.apply(0, &shadow(1, 1));
+        s.apply(0, &shadow(2, 1));
+        assert_eq!(crash_loops(&s), 1);
+        s.apply(0, &shadow(3, 2));
+        assert_eq!(crash_loops(&s), 2, "brupop counted another failure");
     }
 }

@@ -4,6 +4,7 @@
 //! same write; this is what keeps actions from being lost or doubled.
 
 use super::plan::{self, Done, Goal, Step};
+use crate::authorship::OwnWrites;
 use crate::budget::TokenBucket;
 use crate::leader::Leadership;
 use crate::metrics::{ActionKindLabels, Metrics};
@@ -98,6 +99,7 @@ impl WriteLimiter {
 }
 
 pub struct Executor {
+    own: Option<Arc<OwnWrites>>,
     client: Client,
     metrics: Arc<Metrics>,
     recorder: Recorder,
@@ -119,6 +121,7 @@ impl Executor {
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
+            own: None,
             recorder: Recorder::new(client.clone(), reporter),
             client,
             metrics,
@@ -126,6 +129,13 @@ impl Executor {
             leader,
             dry_run,
         }
+    }
+
+    /// Records every write's resourceVersion, so the store tells remedy's
+    /// own writes (and the stale signals they leave) from new failures.
+    pub fn with_own_writes(mut self, own: Arc<OwnWrites>) -> Self {
+        self.own = Some(own);
+        self
     }
 
     fn api(&self, profile: &Profile, key: &ResourceKey) -> Api<DynamicObject> {
@@ -203,6 +213,9 @@ impl Executor {
                 .observe(started.elapsed().as_secs_f64());
             match res {
                 Ok(updated) => {
+                    if let (Some(own), Some(rv)) = (&self.own, &updated.metadata.resource_version) {
+                        own.record(key, rv);
+                    }
                     self.metrics.action(action, "success");
                     tracing::info!(resource = %key, goal = goal.label(), action, "done");
                     self.event(profile, &updated, goal, step).await;

@@ -4,7 +4,7 @@
 //! every goal idempotent: a retried or repeated goal never doubles a write.
 
 use crate::profile::{
-    CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER, Profile,
+    CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, HoldRecord, HoldTarget, Profile,
     SKIP_MARKER,
 };
 use crate::view::{Owner, PauseState};
@@ -16,7 +16,11 @@ use serde_json::{Map, Value, json};
 pub enum Goal {
     /// Pause it (outage): only if nobody paused it already.
     Hold(HoldRecord),
-    /// Undo our own hold, nothing else.
+    /// Undo our own hold so the controller tries again. Where the profile
+    /// says so (`remediation.release_clears_failure`, on for the CAPI
+    /// providers, which skip a resource whose failureReason is set), the
+    /// failure fields are cleared first with the same guards as
+    /// remediation; counters are kept, so the next hold backs off longer.
     Release,
     /// The triggering condition is verified cleared: clear failure status,
     /// reset counters and undo our hold.
@@ -110,20 +114,24 @@ pub fn next_step(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> Result<
             }
         }
         Goal::Release => {
-            if ours {
-                Ok(Step::Unpause)
+            if !ours {
+                return Err(Done::Complete);
+            }
+            let needs_clear = profile.remediation.release_clears_failure
+                && !present_paths(profile, obj).is_empty();
+            if let Some(step) = clear_step(profile, needs_clear, view.skip_remediation) {
+                Ok(step)
+            } else if view.skip_remediation == Owner::Remedy {
+                Ok(Step::RemoveSkipRemediation)
             } else {
-                Err(Done::Complete)
+                Ok(Step::Unpause)
             }
         }
         Goal::Remediate => {
             let needs_clear = !present_paths(profile, obj).is_empty();
             let needs_reset = !differing_resets(profile, obj).is_empty();
-            let guard = profile.remediation.skip_remediation_annotation.is_some();
-            if needs_clear && guard && view.skip_remediation == Owner::Absent {
-                Ok(Step::SetSkipRemediation)
-            } else if needs_clear {
-                Ok(Step::ClearFailure)
+            if let Some(step) = clear_step(profile, needs_clear, view.skip_remediation) {
+                Ok(step)
             } else if needs_reset {
                 Ok(Step::ResetCounters)
             } else if view.skip_remediation == Owner::Remedy {
@@ -137,17 +145,26 @@ pub fn next_step(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> Result<
     }
 }
 
+/// Clearing failure fields is wrapped in skip-remediation where the profile
+/// names one (a MachineHealthCheck must not delete the Machine mid-way); a
+/// skip-remediation someone else set is left as it is.
+fn clear_step(profile: &Profile, needs_clear: bool, skip: Owner) -> Option<Step> {
+    let guard = profile.remediation.skip_remediation_annotation.is_some();
+    if needs_clear && guard && skip == Owner::Absent {
+        Some(Step::SetSkipRemediation)
+    } else if needs_clear {
+        Some(Step::ClearFailure)
+    } else {
+        None
+    }
+}
+
 /// The JSON merge patch for `step`, guarded by the object's resourceVersion
 /// so a concurrent change makes the write fail with 409 instead of
 /// overwriting what someone else just did.
 pub fn patch(profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) -> Value {
     let rv = obj.metadata.resource_version.clone().unwrap_or_default();
     let meta = |annotations: Value| json!({"metadata": {"resourceVersion": rv, "annotations": annotations}});
-    let pause_key = profile
-        .hold
-        .as_ref()
-        .map(|h| h.annotation.clone())
-        .unwrap_or_default();
     let skip_key = profile
         .remediation
         .skip_remediation_annotation
@@ -156,11 +173,17 @@ pub fn patch(profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) ->
     match step {
         Step::Hold => {
             let mut a = Map::new();
-            a.insert(pause_key, Value::from(PAUSE_MARKER));
+            let pause = profile.hold.as_ref().map(|h| h.pause_value());
             if let Goal::Hold(r) = goal {
+                // The record says what remedy wrote: ownership is judged
+                // from it (profile::pause_state).
+                let r = HoldRecord {
+                    value: pause.clone(),
+                    ..r.clone()
+                };
                 a.insert(
                     HOLD_ANNOTATION.into(),
-                    Value::from(serde_json::to_string(r).unwrap_or_default()),
+                    Value::from(serde_json::to_string(&r).unwrap_or_default()),
                 );
                 if !profile.has_native_counter() {
                     a.insert(
@@ -173,13 +196,16 @@ pub fn patch(profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) ->
                     );
                 }
             }
-            meta(Value::Object(a))
+            let mut body = meta(Value::Object(a));
+            set_pause(profile, &mut body, pause.unwrap_or(Value::Null));
+            body
         }
         Step::Unpause => {
             let mut a = Map::new();
-            a.insert(pause_key, Value::Null);
             a.insert(HOLD_ANNOTATION.into(), Value::Null);
-            meta(Value::Object(a))
+            let mut body = meta(Value::Object(a));
+            set_pause(profile, &mut body, Value::Null);
+            body
         }
         Step::SetSkipRemediation => {
             let mut a = Map::new();
@@ -206,6 +232,23 @@ pub fn patch(profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) ->
             body
         }
     }
+}
+
+/// Writes the profile's pause (annotation or spec field) into a patch body;
+/// `Value::Null` removes it.
+fn set_pause(profile: &Profile, body: &mut Value, value: Value) {
+    match profile.hold.as_ref().and_then(|h| h.target()) {
+        Some(HoldTarget::Annotation(k)) => {
+            set_path(body, &format!("/metadata/annotations/{}", escape(k)), value)
+        }
+        Some(HoldTarget::Field(p)) => set_path(body, p, value),
+        None => {}
+    }
+}
+
+/// JSON pointer escaping of one reference token (annotation keys hold '/').
+fn escape(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
 }
 
 /// Clearable status fields that are set now. Only these go into the patch:
@@ -315,7 +358,7 @@ pub fn full_plan(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> (Vec<St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{CAPI_PAUSED, CAPI_SKIP_REMEDIATION, builtin};
+    use crate::profile::{CAPI_PAUSED, CAPI_SKIP_REMEDIATION, PAUSE_MARKER, builtin};
     use chrono::Utc;
 
     fn obj(v: Value) -> DynamicObject {
@@ -339,6 +382,7 @@ mod tests {
             since: Utc::now(),
             reason: "alert RemedyTransientErrorRatioHigh".into(),
             crash_count: 2,
+            value: None,
         }
     }
 
@@ -434,6 +478,124 @@ mod tests {
         assert_eq!(
             left,
             vec!["keep", CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION]
+        );
+    }
+
+    fn held(p: &Profile, m: &DynamicObject) -> DynamicObject {
+        apply_locally(m, &patch(p, m, &Goal::Hold(record()), Step::Hold)).unwrap()
+    }
+
+    #[test]
+    fn a_release_clears_failure_so_the_provider_retries_but_keeps_counters() {
+        // CAPO returns early while failureReason is set: a release that only
+        // unpaused would probe nothing.
+        let p = builtin("capi-machine").unwrap();
+        let m = held(&p, &failed_machine(json!({})));
+        let (steps, done) = full_plan(&p, &m, &Goal::Release);
+        assert_eq!(
+            steps,
+            vec![
+                Step::SetSkipRemediation,
+                Step::ClearFailure,
+                Step::RemoveSkipRemediation,
+                Step::Unpause
+            ]
+        );
+        assert_eq!(done, Done::Complete);
+        assert_eq!(Step::Unpause.action(&Goal::Release), "release");
+        let o = builtin("openstack-machine").unwrap();
+        let osm = held(
+            &o,
+            &obj(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackMachine",
+                "metadata": {"name": "o", "namespace": "d", "resourceVersion": "1"},
+                "status": {"failureReason": "CreateError", "failureMessage": "got 503 instead"}
+            })),
+        );
+        let (steps, _) = full_plan(&o, &osm, &Goal::Release);
+        assert_eq!(steps, vec![Step::ClearFailure, Step::Unpause]);
+        let mut cur = osm.clone();
+        for s in steps {
+            cur = apply_locally(&cur, &patch(&o, &cur, &Goal::Release, s)).unwrap();
+        }
+        let view = o.project(&cur).view;
+        assert_eq!(
+            view.crash_count,
+            Some(2),
+            "the counter stays for the next backoff"
+        );
+        assert_eq!(cur.data["status"], json!({}));
+        // A profile can opt out: then a release only unpauses.
+        let mut unpause_only = o.clone();
+        unpause_only.remediation.release_clears_failure = false;
+        assert_eq!(
+            full_plan(&unpause_only, &osm, &Goal::Release).0,
+            vec![Step::Unpause]
+        );
+    }
+
+    #[test]
+    fn holds_write_the_profiles_pause_and_record_what_they_wrote() {
+        use crate::profile::HoldSpec;
+        let mut p = builtin("openstack-machine").unwrap();
+        p.hold = Some(HoldSpec {
+            annotation: Some("crossplane.io/paused".into()),
+            field: None,
+            value: Some(Value::from("true")),
+        });
+        let m = obj(json!({"apiVersion": "v", "kind": "K",
+            "metadata": {"name": "o", "namespace": "d", "resourceVersion": "3"}}));
+        let body = patch(&p, &m, &Goal::Hold(record()), Step::Hold);
+        assert_eq!(
+            body["metadata"]["annotations"]["crossplane.io/paused"],
+            "true"
+        );
+        let rec = HoldRecord::parse(
+            body["metadata"]["annotations"][HOLD_ANNOTATION]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(rec.value, Some(Value::from("true")));
+        let h = apply_locally(&m, &body).unwrap();
+        assert!(matches!(p.project(&h).view.pause, PauseState::Ours { .. }));
+        let released = apply_locally(&h, &patch(&p, &h, &Goal::Release, Step::Unpause)).unwrap();
+        let a = released.metadata.annotations.unwrap_or_default();
+        assert!(!a.contains_key("crossplane.io/paused") && !a.contains_key(HOLD_ANNOTATION));
+
+        // A spec-field pause (CAPI Cluster.spec.paused) round-trips the same way.
+        let mut c = builtin("capi-cluster").unwrap();
+        c.hold = Some(HoldSpec {
+            annotation: None,
+            field: Some("/spec/paused".into()),
+            value: None,
+        });
+        let cl = obj(
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c", "namespace": "d", "resourceVersion": "9"},
+            "spec": {"controlPlaneEndpoint": {"host": "h", "port": 6443}}}),
+        );
+        let body = patch(&c, &cl, &Goal::Hold(record()), Step::Hold);
+        assert_eq!(body["spec"], json!({"paused": true}));
+        let h = apply_locally(&cl, &body).unwrap();
+        assert!(matches!(c.project(&h).view.pause, PauseState::Ours { .. }));
+        let body = patch(&c, &h, &Goal::Release, Step::Unpause);
+        assert_eq!(body["spec"], json!({"paused": null}));
+        let r = apply_locally(&h, &body).unwrap();
+        assert_eq!(
+            r.data["spec"],
+            json!({"controlPlaneEndpoint": {"host": "h", "port": 6443}})
+        );
+        // clusterctl move (or a human) paused it: never touched.
+        let foreign = obj(json!({"apiVersion": "v", "kind": "Cluster",
+            "metadata": {"name": "c", "namespace": "d", "resourceVersion": "9"}, "spec": {"paused": true}}));
+        assert_eq!(
+            next_step(&c, &foreign, &Goal::Release),
+            Err(Done::ForeignPause)
+        );
+        assert_eq!(
+            next_step(&c, &foreign, &Goal::Hold(record())),
+            Err(Done::ForeignPause)
         );
     }
 

@@ -125,6 +125,7 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
         since: chrono::Utc::now(),
         reason: "breaker".into(),
         crash_count: 1,
+        value: None,
     };
     assert_eq!(
         ex.run(&p, &key, &Goal::Hold(record)).await.unwrap().steps,

@@ -31,6 +31,7 @@ fn record() -> HoldRecord {
         since: Utc::now(),
         reason: "breaker".into(),
         crash_count: 1,
+        value: None,
     }
 }
 

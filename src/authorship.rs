@@ -1,0 +1,131 @@
+//! Whose write an object's current state is. remedy's own writes (holds,
+//! releases, cleared failure status) are not new failures, and the failure
+//! signals an object still shows right after remedy's write (a condition
+//! the controller has not rewritten yet) predate it: they are stale until
+//! someone else writes the object again.
+//!
+//! The executor records the resourceVersion each of its writes produced;
+//! the store asks, for every watched version, whether it is that write (or
+//! an older event arriving late) or a later one. In memory only: a restart
+//! or a new leader starts with no records, so for at most one
+//! `controller_grace` after it stale signals count as they did before.
+
+use crate::view::ResourceKey;
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
+/// Is the watched version remedy's latest write, or newer?
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Author {
+    /// remedy wrote this state (or the event predates remedy's write): its
+    /// failure signals are what remedy already acted on.
+    Remedy { at: Instant },
+    /// Someone else wrote after remedy, or remedy never wrote it.
+    Other,
+}
+
+/// Pure ordering of two resourceVersions. Kubernetes calls them opaque, but
+/// every apiserver backed by etcd serves the etcd revision, a number; when
+/// either is not a number only equality is known.
+pub fn judge(ours: &str, seen: &str) -> Option<std::cmp::Ordering> {
+    if ours == seen {
+        return Some(std::cmp::Ordering::Equal);
+    }
+    match (ours.parse::<u64>(), seen.parse::<u64>()) {
+        (Ok(a), Ok(b)) => Some(b.cmp(&a)),
+        _ => None,
+    }
+}
+
+#[derive(Default)]
+pub struct OwnWrites {
+    writes: Mutex<HashMap<ResourceKey, (Box<str>, Instant)>>,
+}
+
+impl OwnWrites {
+    /// Called by the executor with the resourceVersion its write produced.
+    pub fn record(&self, key: &ResourceKey, resource_version: &str) {
+        if resource_version.is_empty() {
+            return;
+        }
+        // Map operations cannot panic midway: a poisoned map is intact.
+        let mut w = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        w.insert(key.clone(), (resource_version.into(), Instant::now()));
+    }
+
+    /// Who wrote the watched `resource_version` of `key`. A later version
+    /// by someone else ends remedy's record.
+    pub fn author(&self, key: &ResourceKey, resource_version: &str) -> Author {
+        let mut w = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some((ours, at)) = w.get(key) else {
+            return Author::Other;
+        };
+        match judge(ours, resource_version) {
+            Some(std::cmp::Ordering::Equal | std::cmp::Ordering::Less) => {
+                Author::Remedy { at: *at }
+            }
+            Some(std::cmp::Ordering::Greater) | None => {
+                w.remove(key);
+                Author::Other
+            }
+        }
+    }
+
+    pub fn forget(&self, key: &ResourceKey) {
+        let mut w = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        w.remove(key);
+    }
+
+    pub fn len(&self) -> usize {
+        self.writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cmp::Ordering;
+
+    #[test]
+    fn versions_order_numerically_and_opaque_ones_only_by_equality() {
+        assert_eq!(judge("100", "100"), Some(Ordering::Equal));
+        assert_eq!(judge("100", "99"), Some(Ordering::Less));
+        assert_eq!(judge("100", "1000"), Some(Ordering::Greater), "not lexical");
+        assert_eq!(judge("abc", "abc"), Some(Ordering::Equal));
+        assert_eq!(judge("abc", "abd"), None);
+        assert_eq!(judge("100", "x"), None);
+    }
+
+    #[test]
+    fn our_write_and_late_older_events_are_ours_until_someone_writes_after() {
+        let w = OwnWrites::default();
+        let k = ResourceKey::new("K", "ns", "a");
+        assert_eq!(w.author(&k, "5"), Author::Other, "never written by remedy");
+        w.record(&k, "10");
+        assert!(
+            matches!(w.author(&k, "9"), Author::Remedy { .. }),
+            "older event arriving late"
+        );
+        assert!(matches!(w.author(&k, "10"), Author::Remedy { .. }));
+        assert_eq!(
+            w.author(&k, "11"),
+            Author::Other,
+            "the controller wrote after us"
+        );
+        assert!(w.is_empty(), "the record ends with the later write");
+        assert_eq!(w.author(&k, "10"), Author::Other);
+        w.record(&k, "12");
+        w.forget(&k);
+        assert_eq!(w.author(&k, "12"), Author::Other);
+        w.record(&k, "");
+        assert!(w.is_empty(), "a write without a version records nothing");
+    }
+}
