@@ -177,7 +177,7 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
             leadership.clone(),
             cfg.dry_run,
         )
-        .with_own_writes(store.own_writes().clone()),
+        .with_write_log(store.clone()),
     );
     let engine = Engine::new(&cfg, store.clone(), executor, verifier, leadership);
     tokio::spawn(engine.clone().run(cfg.tick, rx));

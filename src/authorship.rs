@@ -38,32 +38,72 @@ pub fn judge(ours: &str, seen: &str) -> Option<std::cmp::Ordering> {
     }
 }
 
+/// remedy's write to one object: the version it produced, and writes in
+/// flight. A write in flight owns whatever version arrives meanwhile: the
+/// patch carries a resourceVersion precondition, so if anyone else wrote
+/// first the patch fails (409) and the next event is judged again.
+#[derive(Debug)]
+struct Write {
+    rv: Option<Box<str>>,
+    in_flight: u32,
+    at: Instant,
+}
+
 #[derive(Default)]
 pub struct OwnWrites {
-    writes: Mutex<HashMap<ResourceKey, (Box<str>, Instant)>>,
+    writes: Mutex<HashMap<ResourceKey, Write>>,
 }
 
 impl OwnWrites {
-    /// Called by the executor with the resourceVersion its write produced.
-    pub fn record(&self, key: &ResourceKey, resource_version: &str) {
-        if resource_version.is_empty() {
-            return;
-        }
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ResourceKey, Write>> {
         // Map operations cannot panic midway: a poisoned map is intact.
-        let mut w = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
-        w.insert(key.clone(), (resource_version.into(), Instant::now()));
+        self.writes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Called right before remedy's patch is sent: the watch may deliver
+    /// its result before the response arrives.
+    pub fn begin(&self, key: &ResourceKey) {
+        let mut w = self.lock();
+        let e = w.entry(key.clone()).or_insert(Write {
+            rv: None,
+            in_flight: 0,
+            at: Instant::now(),
+        });
+        e.in_flight = e.in_flight.saturating_add(1);
+        e.at = Instant::now();
+    }
+
+    /// Called with the resourceVersion the write produced, `None` if it
+    /// failed.
+    pub fn end(&self, key: &ResourceKey, resource_version: Option<&str>) {
+        let mut w = self.lock();
+        let Some(e) = w.get_mut(key) else {
+            return;
+        };
+        e.in_flight = e.in_flight.saturating_sub(1);
+        if let Some(rv) = resource_version.filter(|rv| !rv.is_empty()) {
+            e.rv = Some(rv.into());
+            e.at = Instant::now();
+        }
+        if e.in_flight == 0 && e.rv.is_none() {
+            w.remove(key);
+        }
     }
 
     /// Who wrote the watched `resource_version` of `key`. A later version
     /// by someone else ends remedy's record.
     pub fn author(&self, key: &ResourceKey, resource_version: &str) -> Author {
-        let mut w = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some((ours, at)) = w.get(key) else {
+        let mut w = self.lock();
+        let Some(e) = w.get(key) else {
             return Author::Other;
         };
+        if e.in_flight > 0 {
+            return Author::Remedy { at: e.at };
+        }
+        let ours = e.rv.as_deref().unwrap_or_default();
         match judge(ours, resource_version) {
             Some(std::cmp::Ordering::Equal | std::cmp::Ordering::Less) => {
-                Author::Remedy { at: *at }
+                Author::Remedy { at: e.at }
             }
             Some(std::cmp::Ordering::Greater) | None => {
                 w.remove(key);
@@ -73,19 +113,21 @@ impl OwnWrites {
     }
 
     pub fn forget(&self, key: &ResourceKey) {
-        let mut w = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
-        w.remove(key);
+        self.lock().remove(key);
     }
 
     pub fn len(&self) -> usize {
-        self.writes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    #[cfg(test)]
+    pub fn record(&self, key: &ResourceKey, resource_version: &str) {
+        self.begin(key);
+        self.end(key, Some(resource_version));
     }
 }
 
@@ -127,5 +169,25 @@ mod tests {
         assert_eq!(w.author(&k, "12"), Author::Other);
         w.record(&k, "");
         assert!(w.is_empty(), "a write without a version records nothing");
+    }
+
+    #[test]
+    fn a_write_in_flight_owns_what_the_watch_delivers_before_its_response() {
+        let w = OwnWrites::default();
+        let k = ResourceKey::new("K", "ns", "a");
+        w.record(&k, "10");
+        w.begin(&k);
+        assert!(
+            matches!(w.author(&k, "11"), Author::Remedy { .. }),
+            "our patch, seen first by the watch"
+        );
+        w.end(&k, Some("11"));
+        assert!(matches!(w.author(&k, "11"), Author::Remedy { .. }));
+        assert_eq!(w.author(&k, "12"), Author::Other);
+        // A failed write (409: someone else wrote first) leaves no record.
+        w.begin(&k);
+        w.end(&k, None);
+        assert!(w.is_empty());
+        assert_eq!(w.author(&k, "13"), Author::Other);
     }
 }

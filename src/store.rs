@@ -128,9 +128,33 @@ impl Store {
         &self.backoff
     }
 
-    /// The record of remedy's writes, shared with the executor.
+    /// The record of remedy's writes.
     pub fn own_writes(&self) -> &Arc<OwnWrites> {
         &self.own
+    }
+
+    /// remedy is about to write `key`.
+    pub fn begin_write(&self, key: &ResourceKey) {
+        self.own.begin(key);
+    }
+
+    /// remedy's write to `key` ended, producing `resource_version` (`None`:
+    /// it failed). If the watch delivered that version first, the entry is
+    /// marked now; it was already not counted (the write was in flight).
+    pub fn end_write(&self, key: &ResourceKey, resource_version: Option<&str>) {
+        self.own.end(key, resource_version);
+        let Some(rv) = resource_version else {
+            return;
+        };
+        let Ok(mut inner) = self.inner.write() else {
+            return;
+        };
+        if let Some(e) = inner.entries.get_mut(key)
+            && let Author::Remedy { at } = self.own.author(key, &e.view.resource_version)
+        {
+            let _ = rv;
+            e.own_write = Some(at);
+        }
     }
 
     pub fn key(&self, profile: usize, obj: &DynamicObject) -> Option<ResourceKey> {

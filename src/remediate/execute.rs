@@ -4,11 +4,11 @@
 //! same write; this is what keeps actions from being lost or doubled.
 
 use super::plan::{self, Done, Goal, Step};
-use crate::authorship::OwnWrites;
 use crate::budget::TokenBucket;
 use crate::leader::Leadership;
 use crate::metrics::{ActionKindLabels, Metrics};
 use crate::profile::Profile;
+use crate::store::Store;
 use crate::view::ResourceKey;
 use crate::watch;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -99,7 +99,7 @@ impl WriteLimiter {
 }
 
 pub struct Executor {
-    own: Option<Arc<OwnWrites>>,
+    own: Option<Arc<Store>>,
     client: Client,
     metrics: Arc<Metrics>,
     recorder: Recorder,
@@ -131,10 +131,11 @@ impl Executor {
         }
     }
 
-    /// Records every write's resourceVersion, so the store tells remedy's
-    /// own writes (and the stale signals they leave) from new failures.
-    pub fn with_own_writes(mut self, own: Arc<OwnWrites>) -> Self {
-        self.own = Some(own);
+    /// Tells the store about every write (in flight, then the version it
+    /// produced), so it tells remedy's own writes, and the stale signals
+    /// they leave, from new failures.
+    pub fn with_write_log(mut self, store: Arc<Store>) -> Self {
+        self.own = Some(store);
         self
     }
 
@@ -201,11 +202,21 @@ impl Executor {
             }
             let started = Instant::now();
             let pp = PatchParams::default();
+            if let Some(store) = &self.own {
+                store.begin_write(key);
+            }
             let res = if step.is_status() {
                 api.patch_status(&key.name, &pp, &Patch::Merge(&body)).await
             } else {
                 api.patch(&key.name, &pp, &Patch::Merge(&body)).await
             };
+            if let Some(store) = &self.own {
+                let rv = res
+                    .as_ref()
+                    .ok()
+                    .and_then(|o| o.metadata.resource_version.as_deref());
+                store.end_write(key, rv);
+            }
             let action = step.action(goal);
             self.metrics
                 .action_duration
@@ -213,9 +224,6 @@ impl Executor {
                 .observe(started.elapsed().as_secs_f64());
             match res {
                 Ok(updated) => {
-                    if let (Some(own), Some(rv)) = (&self.own, &updated.metadata.resource_version) {
-                        own.record(key, rv);
-                    }
                     self.metrics.action(action, "success");
                     tracing::info!(resource = %key, goal = goal.label(), action, "done");
                     self.event(profile, &updated, goal, step).await;

@@ -109,8 +109,9 @@ async fn breaker_holds_failing_resources_then_releases_them_gradually() {
         "{text}"
     );
 
-    // The cloud recovers: the "controller" clears the failure of every
-    // machine remedy releases (there is no real CAPO here).
+    // The cloud recovers. The "controller" follows CAPO's rules: it skips
+    // paused and failed machines, so it retries a machine only once remedy's
+    // release has cleared its failure and unpaused it; the retry succeeds.
     let releases = tokio::spawn({
         let api = api.clone();
         async move {
@@ -122,9 +123,15 @@ async fn breaker_holds_failing_resources_then_releases_them_gradually() {
                     let name = o.metadata.name.clone().unwrap_or_default();
                     let failed = o.data["status"].get("failureReason").is_some();
                     let paused = annotations(&o).contains_key(CAPI_PAUSED);
-                    if failed && !paused && name != "osm-9" && !order.contains(&name) {
+                    let ready = o.data["status"]["ready"] == true;
+                    if !failed && !paused && !ready && !order.contains(&name) {
                         order.push(name.clone());
-                        set_status(&api, &name, json!({"ready": true, "instanceState": "ACTIVE", "failureReason": null, "failureMessage": null})).await;
+                        set_status(
+                            &api,
+                            &name,
+                            json!({"ready": true, "instanceState": "ACTIVE"}),
+                        )
+                        .await;
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
