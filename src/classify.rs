@@ -103,8 +103,12 @@ pub struct Classifier {
     rules: Vec<Rule>,
 }
 
-/// Seed rules. Transient rules come first so a message that mentions both a
-/// timeout and "not found" is retried rather than given up on.
+/// Seed rules, derived from what the providers write (CAPO v0.7-v0.14,
+/// CAPA v2.13, CAPZ v1.21, CAPI v1.10, brupop) and from the cloud SDK errors
+/// they wrap (gophercloud v1/v2, aws-sdk-go-v2, azcore/azidentity); each
+/// wording is a fixture in tests/fixtures/wordings.yaml naming its source.
+/// Transient rules come first so a message that mentions both a timeout and
+/// "not found" is retried rather than given up on.
 pub fn default_rules() -> Vec<RuleSpec> {
     let r = |name: &str, verdict, text: &str| RuleSpec {
         name: name.into(),
@@ -124,10 +128,12 @@ pub fn default_rules() -> Vec<RuleSpec> {
             Transient,
             r"(?i)quota|insufficient.?capacity|SkuNotAvailable|AllocationFailed",
         ),
+        // gophercloud v1 words 503 without the code ("temporary overloading
+        // or maintenance"), so the text is matched too.
         r(
             "server_error",
             Transient,
-            r"(?i)\b5\d\d\b|internal server error|internal error|bad gateway|service unavailable|gateway time-?out|ServerBusy",
+            r"(?i)\b5\d\d\b|internal server error|internal error|bad gateway|service unavailable|gateway time-?out|ServerBusy|unable to handle the request due to a temporary overloading",
         ),
         r(
             "timeout",
@@ -139,17 +145,39 @@ pub fn default_rules() -> Vec<RuleSpec> {
             Transient,
             r"(?i)connection (refused|reset)|no route to host|\bEOF\b|broken pipe|tls handshake|dial tcp|no such host|temporar",
         ),
+        // Rejected credentials or permissions are not a fault of the machine:
+        // every machine using them fails alike. Counted like `not_found`, so a
+        // burst opens the breaker at once and holds the fleet instead of
+        // retrying into a locked account; a lone one is left alone (terminal
+        // for remedy, which never clears it, while the controller keeps
+        // retrying on its own because providers report these in conditions,
+        // not failure fields). After the transient rules, so a timeout while
+        // authenticating is still retried.
+        r(
+            "credentials",
+            NotFound,
+            r"(?i)authentication failed|unable to re-authenticate|request forbidden|got 40[13] instead|StatusCode: 40[13]\b|RESPONSE 40[13]\b|AuthFailure|UnauthorizedOperation|AuthorizationFailed|InvalidClientTokenId|InvalidAccessKeyId|UnrecognizedClientException|NoCredentialProviders|InvalidAuthenticationToken",
+        ),
         // The provider saw the instance itself broken (CAPO/CAPA copy this
         // into the Machine's failureMessage): terminal for that resource.
+        // CAPO v0.11+ formats the state pointer ("instance state 0xc000... is
+        // unexpected"), reached only for ERROR. CAPA's "is undefined" (an
+        // unknown state) stays unmatched: unknown is never terminal.
         r(
             "instance_error",
             Terminal,
-            r#"(?i)InstanceStateError|instance state "?(error|terminated)"? is unexpected"#,
+            r#"(?i)InstanceStateError|instance state ("?(error|terminated)"?|0x[0-9a-f]+) is unexpected|instance is in error state"#,
         ),
+        // The instance is gone. CAPO says so in four wordings across v0.7-v0.14
+        // ("OpenStack instance not found", "virtual machine no longer
+        // exists", "The server was unexpectedly deleted", reason
+        // InstanceDeleted / "Instance has been deleted"), CAPZ "VM ... has been
+        // deleted". Many at once mean an outage or a wrong project, not N
+        // broken machines: the breaker counts them.
         r(
             "not_found",
             NotFound,
-            r"(?i)not.?found|\b404\b|does not exist|InvalidInstanceID",
+            r"(?i)not.?found|\b404\b|does not exist|no longer exists|unexpectedly deleted|InstanceDeleted|has been deleted|InvalidInstanceID",
         ),
     ]
 }
@@ -495,6 +523,60 @@ mod tests {
             c.classify(&p, &failing("CreateError", "server deleted")),
             transient("unmatched")
         );
+    }
+
+    /// One provider wording, as read from the provider's source at a
+    /// release (tests/fixtures/wordings.yaml names release and file).
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Wording {
+        provider: String,
+        version: String,
+        source: String,
+        profile: String,
+        status: serde_json::Value,
+        expect: String,
+        verdict: String,
+    }
+
+    #[test]
+    fn provider_wordings_classify_as_expected() {
+        let table: Vec<Wording> =
+            serde_yaml_ng::from_str(include_str!("../tests/fixtures/wordings.yaml"))
+                .expect("wordings table parses");
+        assert!(table.len() >= 20, "the table lost entries");
+        let c = classifier();
+        let mut wrong = Vec::new();
+        for w in &table {
+            let p = builtin(&w.profile).expect("known profile");
+            // A realistic object of the profile's kind, so the real field
+            // paths and projection are exercised, not a hand-made view.
+            let obj: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+                "apiVersion": p.api_version(),
+                "kind": p.kind,
+                "metadata": {"name": "m-0", "namespace": "default", "uid": "u"},
+                "status": w.status,
+            }))
+            .expect("object");
+            let got = c.classify(&p, &p.project(&obj));
+            let (verdict, rule) = match &got {
+                Verdict::Healthy => ("healthy", "healthy"),
+                Verdict::Transient { reason } => ("transient", reason.as_str()),
+                Verdict::Terminal {
+                    reason,
+                    not_found: true,
+                } => ("not_found", reason.as_str()),
+                Verdict::Terminal { reason, .. } => ("terminal", reason.as_str()),
+                Verdict::Unclassifiable { .. } => ("unclassifiable", ""),
+            };
+            if verdict != w.verdict || rule != w.expect {
+                wrong.push(format!(
+                    "{} {} ({}): want {}/{}, got {got:?}",
+                    w.provider, w.version, w.source, w.verdict, w.expect
+                ));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
 
     #[test]
