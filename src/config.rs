@@ -481,6 +481,30 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_config_block_is_a_real_config() {
+        let readme = include_str!("../README.md");
+        let start = readme
+            .find("## Configuration")
+            .and_then(|i| readme[i..].find("```yaml").map(|j| i + j + "```yaml".len()))
+            .expect("README has a yaml block under Configuration");
+        let end = start + readme[start..].find("```").expect("block ends");
+        let mut cfg = Config::from_yaml(&readme[start..end]).expect("README config parses");
+        // The block shows `prometheus_url: null`; alerts need one to validate.
+        cfg.signals.prometheus_url = Some("http://127.0.0.1:9090".into());
+        let v = cfg.validate().expect("README config validates");
+        let vm = v
+            .profiles
+            .iter()
+            .find(|p| p.name == "my-vm")
+            .expect("custom profile");
+        assert_eq!(
+            vm.hold.as_ref().map(|h| h.pause_value()),
+            Some(serde_json::Value::from("true"))
+        );
+        assert_eq!(v.config.controller_grace, Duration::from_secs(300));
+    }
+
+    #[test]
     fn empty_file_gives_the_defaults() {
         let v = Config::from_yaml("{}").unwrap().validate().unwrap();
         assert_eq!(v.profiles.len(), 6);
