@@ -197,6 +197,20 @@ pub struct AlertRule {
     /// cleared; defaults to the ALERTS series of this alert.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_query: Option<String>,
+    /// Whether a firing alert whose labels select nothing in particular
+    /// (no namespace, kind, name, cluster or label) may hold the whole
+    /// fleet. Off: such a notification is refused and counted.
+    #[serde(default)]
+    pub allow_cluster_wide: bool,
+    /// At most this many resources per episode: a scope selecting more
+    /// holds and remediates nothing, and is counted
+    /// (`remedy_episodes_refused_total{reason="over_cap"}`).
+    #[serde(default = "default_max_resources")]
+    pub max_resources: usize,
+}
+
+fn default_max_resources() -> usize {
+    200
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

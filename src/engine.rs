@@ -6,8 +6,10 @@
 use crate::budget::{Candidate, OutageBreaker, Sample, TokenBucket, plan_releases};
 use crate::classify::Verdict;
 use crate::config::{AlertRule, Config};
+pub use crate::episodes::Episode;
+use crate::episodes::{Book, EPISODE_TTL, MAX_EPISODES, Refusal};
 use crate::leader::Leadership;
-use crate::metrics::{KindReasonLabels, Metrics, ScopeLabels};
+use crate::metrics::{EpisodeLabels, KindReasonLabels, Metrics, ScopeLabels};
 use crate::profile::{HoldRecord, Profile};
 use crate::recovery;
 use crate::remediate::execute::Executor;
@@ -28,27 +30,7 @@ use tracing::Instrument;
 /// Hold reason recorded for breaker holds; alert holds record `alert:<name>`.
 pub const BREAKER_REASON: &str = "breaker";
 const ALERT_PREFIX: &str = "alert:";
-/// Episodes kept at most; the oldest finished ones go first.
-const MAX_EPISODES: usize = 1000;
-/// Finished episodes are forgotten after this.
-const EPISODE_TTL: Duration = Duration::from_secs(3600);
 const WORKERS: usize = 4;
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Episode {
-    pub alertname: String,
-    pub matchers: BTreeMap<String, String>,
-    pub firing: bool,
-    pub changed_at: DateTime<Utc>,
-    /// Set once the condition was verified cleared; remediation needs it.
-    pub verified_at: Option<DateTime<Utc>>,
-    /// Last verification failure, for status and readiness.
-    pub last_error: Option<String>,
-    /// Rebuilt from Prometheus at start or on becoming leader, not from a
-    /// webhook; a later recovery may update it, a webhook takes it over.
-    #[serde(default)]
-    pub from_prometheus: bool,
-}
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct StatusReport {
@@ -65,7 +47,7 @@ pub struct StatusReport {
 struct State {
     breaker: OutageBreaker,
     bucket: TokenBucket,
-    episodes: BTreeMap<Scope, Episode>,
+    episodes: Book,
     /// resourceVersion a goal was planned from: the key is not planned again
     /// until the watch shows a newer version (the store lags our writes).
     planned_at_rv: HashMap<ResourceKey, Box<str>>,
@@ -182,7 +164,7 @@ impl Engine {
             state: Mutex::new(State {
                 breaker: OutageBreaker::new(&cfg.breaker),
                 bucket: TokenBucket::new(cfg.budget.refill_per_second, cfg.budget.burst),
-                episodes: BTreeMap::new(),
+                episodes: Book::default(),
                 planned_at_rv: HashMap::new(),
                 report: StatusReport::default(),
             }),
@@ -200,34 +182,38 @@ impl Engine {
     }
 
     /// Records an alert notification. Firing cancels queued remediation in
-    /// its scope at once; resolved only starts the settle clock.
+    /// its scope at once; resolved only starts the settle clock. A refused
+    /// notification (see [`crate::episodes`]) changes nothing and is
+    /// counted and logged.
     pub fn handle(&self, ev: &AlertEvent) {
         let Some(rule) = self.alerts.iter().find(|a| a.alertname == ev.alertname) else {
             return;
         };
         let scope = Scope::from_alert(rule, &ev.labels);
         let firing = ev.status == AlertStatus::Firing;
-        let Ok(mut st) = self.state.lock() else {
-            return;
+        let result = match self.state.lock() {
+            Ok(mut st) => st.episodes.notify(rule, &scope, firing, ev.received_at),
+            Err(_) => return,
         };
-        let ep = st.episodes.entry(scope.clone()).or_insert_with(|| Episode {
-            alertname: ev.alertname.clone(),
-            matchers: scope.matchers.clone(),
-            firing,
-            changed_at: ev.received_at,
-            verified_at: None,
-            last_error: None,
-            from_prometheus: false,
-        });
-        ep.firing = firing;
-        ep.changed_at = ev.received_at;
-        ep.verified_at = None;
-        ep.from_prometheus = false;
-        drop(st);
-        tracing::info!(alert = %ev.alertname, firing, matchers = ?scope.matchers, "alert episode updated");
+        if let Err(why) = result {
+            self.refused(&ev.alertname, why);
+            tracing::warn!(alert = %ev.alertname, firing, matchers = ?scope.matchers, reason = why.label(), "alert notification refused: nothing changes");
+            return;
+        }
+        tracing::debug!(alert = %ev.alertname, firing, matchers = ?scope.matchers, "alert episode updated");
         if firing {
             self.cancel_remediation(&scope);
         }
+    }
+
+    fn refused(&self, alertname: &str, why: Refusal) {
+        self.metrics
+            .episodes_refused
+            .get_or_create(&EpisodeLabels {
+                alertname: alertname.to_string(),
+                reason: why.label(),
+            })
+            .inc();
     }
 
     /// Drops queued remediation in a scope that fires (again).
@@ -274,9 +260,10 @@ impl Engine {
             let Ok(mut st) = self.state.lock() else {
                 return;
             };
-            let plan = recovery::plan(&self.alerts, answer, &st.episodes, now, MAX_EPISODES);
+            let plan = recovery::plan(&self.alerts, answer, st.episodes.map(), now, MAX_EPISODES);
             for (scope, ep) in &plan.write {
-                st.episodes.insert(scope.clone(), ep.clone());
+                // recovery::plan leaves room for what it writes.
+                let _ = st.episodes.put(scope.clone(), ep.clone());
             }
             plan
         };
@@ -308,6 +295,7 @@ impl Engine {
         let due: Vec<(Scope, Episode)> = match self.state.lock() {
             Ok(st) => st
                 .episodes
+                .map()
                 .iter()
                 .filter(|(_, e)| !e.firing)
                 .filter(|(_, e)| {
@@ -319,6 +307,9 @@ impl Engine {
             Err(_) => return,
         };
         for (scope, ep) in due {
+            if !ep.fired && !self.proven(&scope, &ep).await {
+                continue;
+            }
             let verify_query = self
                 .alerts
                 .iter()
@@ -337,8 +328,9 @@ impl Engine {
             let Some(e) = st.episodes.get_mut(&scope) else {
                 continue;
             };
-            if e.firing {
-                // Fired again while we were asking.
+            if e.firing || !e.fired {
+                // Fired again while we were asking, or taken over by a new
+                // unproven resolved notification.
                 continue;
             }
             match result {
@@ -364,6 +356,52 @@ impl Engine {
         }
     }
 
+    /// Whether Prometheus remembers `ep`'s alert firing for its scope within
+    /// the episode TTL: the evidence a resolved notification for a scope
+    /// remedy never saw firing needs. No: the episode is dropped, counted
+    /// and logged. An error keeps it for the next try.
+    async fn proven(&self, scope: &Scope, ep: &Episode) -> bool {
+        let Some(v) = &self.verifier else {
+            return false;
+        };
+        let answer = v
+            .alert_label_sets(&[ep.alertname.as_str()], Some(EPISODE_TTL))
+            .await;
+        let Ok(mut st) = self.state.lock() else {
+            return false;
+        };
+        match answer {
+            Ok(sets) => {
+                let fired = sets
+                    .iter()
+                    .any(|l| scope.matchers.iter().all(|(k, v)| l.get(k) == Some(v)));
+                let unchanged = st
+                    .episodes
+                    .map()
+                    .get(scope)
+                    .is_some_and(|e| !e.fired && !e.firing);
+                if fired {
+                    if let Some(e) = st.episodes.get_mut(scope) {
+                        e.fired = true;
+                    }
+                } else if unchanged {
+                    st.episodes.remove(scope);
+                    drop(st);
+                    self.refused(&ep.alertname, Refusal::Unproven);
+                    tracing::warn!(alert = %ep.alertname, matchers = ?ep.matchers, "resolved notification for an alert Prometheus never saw firing in this scope: ignored");
+                }
+                fired
+            }
+            Err(e) => {
+                tracing::warn!(alert = %ep.alertname, error = %e, "cannot check whether the alert fired; retrying later");
+                if let Some(ep) = st.episodes.get_mut(scope) {
+                    ep.last_error = Some(format!("cannot check that it fired: {e}"));
+                }
+                false
+            }
+        }
+    }
+
     /// One decision pass.
     pub async fn tick(&self) {
         let wall = Utc::now();
@@ -374,7 +412,7 @@ impl Engine {
                 s.should_run(now, leader, |since| {
                     self.state
                         .lock()
-                        .is_ok_and(|st| recovery::needs_refresh(&st.episodes, since))
+                        .is_ok_and(|st| recovery::needs_refresh(st.episodes.map(), since))
                 })
             })
             .unwrap_or(false);
@@ -391,40 +429,35 @@ impl Engine {
             return;
         };
         let st = &mut *st;
-        // Forget finished episodes.
-        st.episodes.retain(|_, e| {
-            e.firing
-                || (wall - e.changed_at)
-                    .to_std()
-                    .is_ok_and(|d| d < EPISODE_TTL)
-        });
-        while st.episodes.len() > MAX_EPISODES {
-            let oldest = st
-                .episodes
-                .iter()
-                .min_by_key(|(_, e)| e.changed_at)
-                .map(|(s, _)| s.clone());
-            match oldest {
-                Some(s) => st.episodes.remove(&s),
-                None => break,
-            };
-        }
+        st.episodes.prune(wall);
+        self.fix_targets(st);
 
         let profiles = self.store.profiles();
         let backoff = self.store.backoff();
+        // Firing scopes that select more than their alert's cap hold
+        // nothing (counted once, when the episode first goes over).
+        let over = self.firing_over_cap(st);
         let firing: Vec<&Scope> = st
             .episodes
+            .map()
             .iter()
-            .filter(|(_, e)| e.firing)
+            .filter(|(s, e)| e.firing && !over.contains(*s))
             .map(|(s, _)| s)
             .collect();
         let verified: Vec<&Scope> = st
             .episodes
+            .map()
             .iter()
-            .filter(|(_, e)| !e.firing && e.verified_at.is_some())
+            .filter(|(_, e)| e.remediates())
             .map(|(s, _)| s)
             .collect();
-        let known: HashSet<&str> = st.episodes.keys().map(|s| s.alertname.as_str()).collect();
+        let known: HashSet<&str> = st
+            .episodes
+            .map()
+            .keys()
+            .map(|s| s.alertname.as_str())
+            .collect();
+        let episodes = &st.episodes;
 
         let mut sample = Sample {
             total: 0,
@@ -490,7 +523,10 @@ impl Engine {
                 e.view.crash_count.unwrap_or(0)
             };
             let in_firing = firing.iter().any(|s| s.matches(key, &e.view));
-            let in_verified = verified.iter().any(|s| s.matches(key, &e.view));
+            // Only what a verified episode fixed as its targets: a failure
+            // after the verification is a new one (normal path).
+            let in_verified =
+                episodes.targets(key) && verified.iter().any(|s| s.matches(key, &e.view));
             let failing = transient || not_found;
             if !held {
                 if failing && profile.hold.is_some() && (breaker_open_before || in_firing) {
@@ -542,15 +578,7 @@ impl Engine {
             .get_or_create(&ScopeLabels { scope: "cluster" })
             .set(i64::from(breaker_open));
         for s in recovered {
-            st.episodes.entry(s.clone()).or_insert_with(|| Episode {
-                alertname: s.alertname.clone(),
-                matchers: s.matchers.clone(),
-                firing: false,
-                changed_at: wall,
-                verified_at: None,
-                last_error: None,
-                from_prometheus: false,
-            });
+            st.episodes.adopt_hold(s, wall);
         }
 
         let leader = self.leader.is_leader();
@@ -640,15 +668,97 @@ impl Engine {
             held: held_keys,
             pending: self.pending.keys(),
             waiting,
-            episodes: st.episodes.values().cloned().collect(),
+            episodes: st.episodes.map().values().cloned().collect(),
         };
+    }
+
+    /// Fixes the remediation targets of newly verified episodes: the
+    /// resources in scope held for the alert or failing with something to
+    /// clear. Over the alert's `max_resources`: nothing, counted.
+    fn fix_targets(&self, st: &mut State) {
+        let profiles = self.store.profiles();
+        let store = &self.store;
+        let max = |alert: &str| {
+            self.alerts
+                .iter()
+                .find(|a| a.alertname == alert)
+                .map_or(0, |a| a.max_resources)
+        };
+        let over = st.episodes.fix_targets(max, |scope| {
+            let mut set = std::collections::BTreeSet::new();
+            store.for_each(|key, e| {
+                if !scope.matches(key, &e.view) || e.view.deleting {
+                    return;
+                }
+                let held_for_it = matches!(&e.view.pause, PauseState::Ours { reason: Some(r), .. }
+                    if r.strip_prefix(ALERT_PREFIX) == Some(scope.alertname.as_str()));
+                let failing = matches!(e.verdict, Verdict::Transient { .. })
+                    && profiles.get(e.profile).is_some_and(|p| has_work(p, e));
+                if held_for_it || (failing && e.view.pause == PauseState::NotPaused) {
+                    set.insert(key.clone());
+                }
+            });
+            set
+        });
+        for scope in over {
+            self.refused(&scope.alertname, Refusal::OverCap);
+            tracing::warn!(alert = %scope.alertname, matchers = ?scope.matchers, "verified episode selects more resources than max_resources: remediating nothing");
+        }
+    }
+
+    /// Firing scopes whose failing resources exceed the alert's cap; each
+    /// is marked (and counted) once.
+    fn firing_over_cap(&self, st: &mut State) -> HashSet<Scope> {
+        let mut counts: HashMap<Scope, usize> = HashMap::new();
+        let firing: Vec<Scope> = st
+            .episodes
+            .map()
+            .iter()
+            .filter(|(_, e)| e.firing)
+            .map(|(s, _)| s.clone())
+            .collect();
+        if firing.is_empty() {
+            return HashSet::new();
+        }
+        self.store.for_each(|key, e| {
+            let candidate =
+                e.verdict.is_failing() || matches!(e.view.pause, PauseState::Ours { .. });
+            if !candidate {
+                return;
+            }
+            for s in firing.iter().filter(|s| s.matches(key, &e.view)) {
+                *counts.entry(s.clone()).or_insert(0) += 1;
+            }
+        });
+        let mut over = HashSet::new();
+        for s in firing {
+            let cap = self
+                .alerts
+                .iter()
+                .find(|a| a.alertname == s.alertname)
+                .map_or(0, |a| a.max_resources);
+            let n = counts.get(&s).copied().unwrap_or(0);
+            if n <= cap {
+                continue;
+            }
+            let newly = st
+                .episodes
+                .get_mut(&s)
+                .is_some_and(|e| e.over_cap.replace(n).is_none());
+            if newly {
+                self.refused(&s.alertname, Refusal::OverCap);
+                tracing::warn!(alert = %s.alertname, matchers = ?s.matchers, selected = n, cap, "firing alert selects more resources than max_resources: holding nothing");
+            }
+            over.insert(s);
+        }
+        over
     }
 
     #[cfg(test)]
     fn report_episodes(&self) -> Vec<Episode> {
         self.state
             .lock()
-            .map(|s| s.episodes.values().cloned().collect())
+            .map(|s| s.episodes.map().values().cloned().collect())
             .unwrap_or_default()
     }
 
@@ -665,6 +775,7 @@ impl Engine {
             .lock()
             .map(|s| {
                 s.episodes
+                    .map()
                     .values()
                     .filter_map(|e| {
                         e.last_error
@@ -720,7 +831,12 @@ impl Engine {
                     .await
                 {
                     Ok(out) => {
-                        tracing::debug!(steps = ?out.steps, done = out.done.label(), gone = out.gone, "goal finished")
+                        tracing::debug!(steps = ?out.steps, done = out.done.label(), gone = out.gone, "goal finished");
+                        if goal == Goal::Remediate
+                            && let Ok(mut st) = self.state.lock()
+                        {
+                            st.episodes.done(&key);
+                        }
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, label = e.label(), "goal failed; planned again next tick")
@@ -825,6 +941,8 @@ mod tests {
                 ..Selector::default()
             },
             verify_query: None,
+            allow_cluster_wide: false,
+            max_resources: 200,
         }];
         c
     }

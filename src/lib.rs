@@ -12,6 +12,7 @@ pub mod classify;
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod episodes;
 pub mod leader;
 pub mod metrics;
 pub mod profile;

@@ -94,6 +94,12 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EpisodeLabels {
+    pub alertname: String,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WatchLabels {
     pub kind: String,
     pub r#type: &'static str,
@@ -220,6 +226,7 @@ pub struct Metrics {
     pub ready: Gauge,
     pub pending_actions: Gauge,
     pub tls_reloads: Family<ResultLabels, Counter>,
+    pub episodes_refused: Family<EpisodeLabels, Counter>,
     max_resource_series: usize,
     /// Per-resource series: crash count and backoff delay.
     tracked: RwLock<HashMap<ResourceKey, ResourceValues>>,
@@ -251,6 +258,7 @@ impl Metrics {
             ready: Gauge::default(),
             pending_actions: Gauge::default(),
             tls_reloads: Family::default(),
+            episodes_refused: Family::default(),
             max_resource_series,
             tracked: RwLock::default(),
             last_encoded: AtomicUsize::new(0),
@@ -357,6 +365,11 @@ impl Metrics {
             "remedy_tls_reloads",
             "Re-reads of the TLS certificate files that loaded a new pair (reloaded) or failed (error)",
             m.tls_reloads.clone(),
+        );
+        r.register(
+            "remedy_episodes_refused",
+            "Alert notifications or episodes remedy refused to act on, by alert and reason",
+            m.episodes_refused.clone(),
         );
         r.register(
             "remedy_build",

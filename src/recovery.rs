@@ -8,7 +8,7 @@
 //! verification decides whether anything is remediated.
 
 use crate::config::AlertRule;
-use crate::engine::Episode;
+use crate::episodes::Episode;
 use crate::scope::Scope;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
@@ -176,16 +176,11 @@ pub fn plan(
             }
             None => room -= 1,
         }
-        let ep = Episode {
-            alertname: scope.alertname.clone(),
-            matchers: scope.matchers.clone(),
-            firing: want_firing,
-            // Resolved: the settle time runs from now, as after a webhook.
-            changed_at: now,
-            verified_at: None,
-            last_error: None,
-            from_prometheus: true,
-        };
+        // Resolved: the settle time runs from now, as after a webhook.
+        let mut ep = Episode::new(&scope, want_firing, now);
+        ep.from_prometheus = true;
+        // Prometheus' ALERTS history is the evidence that it fired.
+        ep.fired = true;
         out.write.push((scope, ep));
     }
     out
@@ -234,6 +229,8 @@ mod tests {
                     ..Selector::default()
                 },
                 verify_query: None,
+                allow_cluster_wide: false,
+                max_resources: 200,
             })
             .collect()
     }
@@ -255,15 +252,15 @@ mod tests {
     }
 
     fn ep(alert: &str, firing: bool, from_prometheus: bool) -> Episode {
-        Episode {
-            alertname: alert.into(),
-            matchers: BTreeMap::new(),
+        let mut e = Episode::new(
+            &Scope::recovered(alert, "K"),
             firing,
-            changed_at: DateTime::<Utc>::MIN_UTC,
-            verified_at: Some(DateTime::<Utc>::MIN_UTC),
-            last_error: None,
-            from_prometheus,
-        }
+            DateTime::<Utc>::MIN_UTC,
+        );
+        e.matchers = BTreeMap::new();
+        e.verified_at = Some(DateTime::<Utc>::MIN_UTC);
+        e.from_prometheus = from_prometheus;
+        e
     }
 
     fn states(p: &Plan) -> Vec<(String, String, bool)> {

@@ -86,6 +86,8 @@ mod tests {
             alertname: "RemedyTransientErrorRatioHigh".into(),
             select,
             verify_query: None,
+            allow_cluster_wide: false,
+            max_resources: 200,
         }
     }
 

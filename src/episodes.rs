@@ -1,0 +1,403 @@
+//! Alert episodes: what remedy knows about each configured alert's scope
+//! (firing, resolved, verified) and what a notification may change. Pure:
+//! notifications and clocks in, decisions out; the engine does the I/O.
+//!
+//! The rules that keep an alert from being turned against the fleet:
+//! - a resolved notification proves nothing by itself: an episode needs
+//!   evidence that the alert fired (seen firing, or Prometheus' `ALERTS`
+//!   history, or remedy's own holds for it) before anything is remediated;
+//! - a firing alert whose scope selects nothing specific is refused unless
+//!   the alert is configured `allow_cluster_wide`;
+//! - a verified episode remediates the resources that were failing or held
+//!   for it when it was verified, each once; a later failure is a new one;
+//! - a firing episode is never evicted to make room: a new one is refused.
+
+use crate::config::AlertRule;
+use crate::scope::Scope;
+use crate::view::ResourceKey;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Episodes kept at most.
+pub const MAX_EPISODES: usize = 1000;
+/// Finished episodes are forgotten after this; it is also how far back
+/// Prometheus is asked whether an alert fired.
+pub const EPISODE_TTL: Duration = Duration::from_secs(3600);
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Episode {
+    pub alertname: String,
+    pub matchers: BTreeMap<String, String>,
+    pub firing: bool,
+    pub changed_at: DateTime<Utc>,
+    /// Set once the condition was verified cleared; remediation needs it.
+    pub verified_at: Option<DateTime<Utc>>,
+    /// Last verification failure, for status and readiness.
+    pub last_error: Option<String>,
+    /// Rebuilt from Prometheus at start or on becoming leader, not from a
+    /// webhook; a later recovery may update it, a webhook takes it over.
+    #[serde(default)]
+    pub from_prometheus: bool,
+    /// Evidence that the alert fired for this scope. Without it nothing is
+    /// remediated: a bare resolved notification waits for Prometheus'
+    /// history to confirm it, and is dropped if it does not.
+    #[serde(default)]
+    pub fired: bool,
+    /// The resources this episode remediates, fixed when it is first
+    /// verified; each leaves the set once its remediation is done. `None`
+    /// until verified.
+    #[serde(skip)]
+    pub targets: Option<BTreeSet<ResourceKey>>,
+    /// Resources the scope selected when it went over the alert's
+    /// `max_resources`: then it holds and remediates nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over_cap: Option<usize>,
+}
+
+impl Episode {
+    pub fn new(scope: &Scope, firing: bool, at: DateTime<Utc>) -> Self {
+        Self {
+            alertname: scope.alertname.clone(),
+            matchers: scope.matchers.clone(),
+            firing,
+            changed_at: at,
+            verified_at: None,
+            last_error: None,
+            from_prometheus: false,
+            fired: firing,
+            targets: None,
+            over_cap: None,
+        }
+    }
+
+    /// Remediation may act for this episode now.
+    pub fn remediates(&self) -> bool {
+        !self.firing && self.fired && self.verified_at.is_some() && self.over_cap.is_none()
+    }
+}
+
+/// Why a notification changed nothing. Metric label values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The scope selects the whole fleet and the alert is not allowed to.
+    ClusterWide,
+    /// Every slot holds a firing episode.
+    Full,
+    /// Resolved, and no evidence that it ever fired.
+    Unproven,
+    /// The scope selected more resources than `max_resources`.
+    OverCap,
+}
+
+impl Refusal {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::ClusterWide => "cluster_wide",
+            Self::Full => "full",
+            Self::Unproven => "unproven",
+            Self::OverCap => "over_cap",
+        }
+    }
+
+    pub const ALL: [Refusal; 4] = [Self::ClusterWide, Self::Full, Self::Unproven, Self::OverCap];
+}
+
+/// Whether a scope selects nothing in particular: no namespace, kind,
+/// name, cluster or label. Such an alert would hold every failing resource.
+pub fn is_cluster_wide(scope: &Scope) -> bool {
+    scope.namespace.is_none()
+        && scope.kind.is_none()
+        && scope.name.is_none()
+        && scope.cluster.is_none()
+        && scope.match_labels.is_empty()
+}
+
+/// The bounded set of episodes.
+#[derive(Debug, Default)]
+pub struct Book {
+    episodes: BTreeMap<Scope, Episode>,
+}
+
+impl Book {
+    pub fn map(&self) -> &BTreeMap<Scope, Episode> {
+        &self.episodes
+    }
+
+    pub fn get_mut(&mut self, scope: &Scope) -> Option<&mut Episode> {
+        self.episodes.get_mut(scope)
+    }
+
+    pub fn len(&self) -> usize {
+        self.episodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.episodes.is_empty()
+    }
+
+    /// A notification for `scope`. Firing proves the alert fired; resolved
+    /// keeps what the episode knew, and for a scope never seen starts an
+    /// unproven episode that verification must confirm from Prometheus.
+    pub fn notify(
+        &mut self,
+        rule: &AlertRule,
+        scope: &Scope,
+        firing: bool,
+        at: DateTime<Utc>,
+    ) -> Result<(), Refusal> {
+        if firing && !rule.allow_cluster_wide && is_cluster_wide(scope) {
+            return Err(Refusal::ClusterWide);
+        }
+        if !self.episodes.contains_key(scope) {
+            self.make_room()?;
+        }
+        let ep = self
+            .episodes
+            .entry(scope.clone())
+            .or_insert_with(|| Episode::new(scope, firing, at));
+        ep.firing = firing;
+        ep.fired |= firing;
+        ep.changed_at = at;
+        ep.verified_at = None;
+        ep.targets = None;
+        ep.over_cap = None;
+        ep.from_prometheus = false;
+        Ok(())
+    }
+
+    /// Inserts or overwrites an episode (recovery), if there is room.
+    pub fn put(&mut self, scope: Scope, ep: Episode) -> Result<(), Refusal> {
+        if !self.episodes.contains_key(&scope) {
+            self.make_room()?;
+        }
+        self.episodes.insert(scope, ep);
+        Ok(())
+    }
+
+    /// An episode for resources held for an alert this process never saw
+    /// (restart, new leader): remedy's own hold proves the alert fired.
+    pub fn adopt_hold(&mut self, scope: Scope, at: DateTime<Utc>) {
+        if self.episodes.contains_key(&scope) || self.make_room().is_err() {
+            return;
+        }
+        let mut ep = Episode::new(&scope, false, at);
+        ep.fired = true;
+        self.episodes.insert(scope, ep);
+    }
+
+    pub fn remove(&mut self, scope: &Scope) -> Option<Episode> {
+        self.episodes.remove(scope)
+    }
+
+    /// Frees a slot by dropping the oldest finished episode; a firing one
+    /// is never dropped.
+    fn make_room(&mut self) -> Result<(), Refusal> {
+        if self.episodes.len() < MAX_EPISODES {
+            return Ok(());
+        }
+        let oldest = self
+            .episodes
+            .iter()
+            .filter(|(_, e)| !e.firing)
+            .min_by_key(|(_, e)| e.changed_at)
+            .map(|(s, _)| s.clone());
+        match oldest {
+            Some(s) => {
+                self.episodes.remove(&s);
+                Ok(())
+            }
+            None => Err(Refusal::Full),
+        }
+    }
+
+    /// Forgets finished episodes older than the TTL.
+    pub fn prune(&mut self, now: DateTime<Utc>) {
+        self.episodes.retain(|_, e| {
+            let fresh = (now - e.changed_at).to_std().is_ok_and(|d| d < EPISODE_TTL);
+            e.firing || fresh
+        });
+    }
+
+    /// Fixes the targets of episodes verified since the last call, from
+    /// `candidates` (the resources failing or held in each scope). Above
+    /// `max` the episode is marked over its cap and remediates nothing;
+    /// returns the scopes newly marked so, to be counted.
+    pub fn fix_targets(
+        &mut self,
+        max: impl Fn(&str) -> usize,
+        mut candidates: impl FnMut(&Scope) -> BTreeSet<ResourceKey>,
+    ) -> Vec<Scope> {
+        let mut over = Vec::new();
+        for (scope, e) in &mut self.episodes {
+            if e.firing || !e.fired || e.verified_at.is_none() || e.targets.is_some() {
+                continue;
+            }
+            let set = candidates(scope);
+            if set.len() > max(&e.alertname) {
+                if e.over_cap.is_none() {
+                    over.push(scope.clone());
+                }
+                e.over_cap = Some(set.len());
+                e.targets = Some(BTreeSet::new());
+            } else {
+                e.targets = Some(set);
+            }
+        }
+        over
+    }
+
+    /// A resource's remediation finished: no episode acts on it again.
+    pub fn done(&mut self, key: &ResourceKey) {
+        for e in self.episodes.values_mut() {
+            if let Some(t) = e.targets.as_mut() {
+                t.remove(key);
+            }
+        }
+    }
+
+    /// Whether some verified episode still has `key` to remediate.
+    pub fn targets(&self, key: &ResourceKey) -> bool {
+        self.episodes
+            .values()
+            .any(|e| e.remediates() && e.targets.as_ref().is_some_and(|t| t.contains(key)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Selector;
+
+    fn rule(allow: bool) -> AlertRule {
+        AlertRule {
+            alertname: "A".into(),
+            select: Selector {
+                kind_label: Some("kind".into()),
+                ..Selector::default()
+            },
+            verify_query: None,
+            allow_cluster_wide: allow,
+            max_resources: 3,
+        }
+    }
+
+    fn scope(kind: Option<&str>) -> Scope {
+        let labels: BTreeMap<String, String> = kind
+            .map(|k| [("kind".to_string(), k.to_string())].into())
+            .unwrap_or_default();
+        Scope::from_alert(&rule(false), &labels)
+    }
+
+    fn key(n: &str) -> ResourceKey {
+        ResourceKey::new("K", "ns", n)
+    }
+
+    #[test]
+    fn a_resolved_notification_alone_proves_nothing() {
+        let mut b = Book::default();
+        let s = scope(Some("K"));
+        b.notify(&rule(false), &s, false, Utc::now()).unwrap();
+        let e = &b.map()[&s];
+        assert!(!e.fired, "never seen firing");
+        let mut e = e.clone();
+        e.verified_at = Some(Utc::now());
+        assert!(
+            !e.remediates(),
+            "verified cleared, but never proven to have fired"
+        );
+        // Seen firing first: the resolved one is proven.
+        let mut b = Book::default();
+        b.notify(&rule(false), &s, true, Utc::now()).unwrap();
+        b.notify(&rule(false), &s, false, Utc::now()).unwrap();
+        assert!(b.map()[&s].fired);
+        // remedy's own hold is evidence too.
+        let mut b = Book::default();
+        b.adopt_hold(s.clone(), Utc::now());
+        assert!(b.map()[&s].fired && !b.map()[&s].firing);
+    }
+
+    #[test]
+    fn a_scope_that_selects_everything_needs_allow_cluster_wide() {
+        let mut b = Book::default();
+        let all = scope(None);
+        assert!(is_cluster_wide(&all));
+        assert_eq!(
+            b.notify(&rule(false), &all, true, Utc::now()),
+            Err(Refusal::ClusterWide)
+        );
+        assert!(b.is_empty());
+        b.notify(&rule(true), &all, true, Utc::now()).unwrap();
+        assert_eq!(b.len(), 1);
+        assert!(!is_cluster_wide(&scope(Some("K"))));
+    }
+
+    #[test]
+    fn firing_episodes_are_never_evicted_for_new_ones() {
+        let mut b = Book::default();
+        let r = rule(false);
+        let t0 = Utc::now();
+        for i in 0..MAX_EPISODES {
+            let s = scope(Some(&format!("K{i}")));
+            b.notify(&r, &s, true, t0).unwrap();
+        }
+        let junk = scope(Some("junk"));
+        assert_eq!(b.notify(&r, &junk, true, t0), Err(Refusal::Full));
+        assert_eq!(b.len(), MAX_EPISODES);
+        assert!(b.map().values().all(|e| e.firing));
+        // A finished one makes room (the oldest finished goes).
+        b.notify(&r, &scope(Some("K0")), false, t0).unwrap();
+        b.notify(&r, &junk, true, t0).unwrap();
+        assert!(!b.map().contains_key(&scope(Some("K0"))));
+        assert!(b.map().contains_key(&junk));
+    }
+
+    #[test]
+    fn targets_are_fixed_once_and_each_is_remediated_once() {
+        let mut b = Book::default();
+        let s = scope(Some("K"));
+        b.notify(&rule(false), &s, true, Utc::now()).unwrap();
+        b.notify(&rule(false), &s, false, Utc::now()).unwrap();
+        b.get_mut(&s).unwrap().verified_at = Some(Utc::now());
+        let over = b.fix_targets(|_| 3, |_| [key("a"), key("b")].into());
+        assert!(over.is_empty());
+        assert!(b.targets(&key("a")) && b.targets(&key("b")));
+        // Later candidates (a new failure) do not join a fixed set.
+        b.fix_targets(|_| 3, |_| [key("c")].into());
+        assert!(!b.targets(&key("c")));
+        b.done(&key("a"));
+        assert!(!b.targets(&key("a")), "remediated once");
+        assert!(b.targets(&key("b")));
+        // Fires again: the episode starts over and targets nothing.
+        b.notify(&rule(false), &s, true, Utc::now()).unwrap();
+        assert!(!b.targets(&key("b")));
+    }
+
+    #[test]
+    fn an_episode_over_its_cap_remediates_nothing_and_is_reported_once() {
+        let mut b = Book::default();
+        let s = scope(Some("K"));
+        b.notify(&rule(false), &s, true, Utc::now()).unwrap();
+        b.notify(&rule(false), &s, false, Utc::now()).unwrap();
+        b.get_mut(&s).unwrap().verified_at = Some(Utc::now());
+        let four: BTreeSet<_> = ["a", "b", "c", "d"].map(key).into();
+        assert_eq!(b.fix_targets(|_| 3, |_| four.clone()), vec![s.clone()]);
+        assert_eq!(b.map()[&s].over_cap, Some(4));
+        assert!(!b.targets(&key("a")));
+        assert!(b.fix_targets(|_| 3, |_| four.clone()).is_empty());
+    }
+
+    #[test]
+    fn prune_forgets_old_finished_episodes_only() {
+        let mut b = Book::default();
+        let old = Utc::now() - chrono::Duration::hours(2);
+        b.notify(&rule(false), &scope(Some("F")), true, old)
+            .unwrap();
+        b.notify(&rule(false), &scope(Some("R")), false, old)
+            .unwrap();
+        b.prune(Utc::now());
+        assert_eq!(b.len(), 1);
+        assert!(b.map().values().all(|e| e.firing));
+    }
+}
