@@ -313,6 +313,21 @@ impl OutageBreaker {
         self.state
     }
 
+    /// Opens a closed breaker because remedy's own holds say it was open
+    /// (a restart or a new leader has no samples of the outage): the full
+    /// cooldown must then pass below `close_ratio` before anything is
+    /// released, whatever the ratio is now.
+    pub fn resume(&mut self, now: Duration) {
+        if self.state == BreakerState::Closed {
+            let now = self.last_now.map_or(now, |l| now.max(l));
+            self.opened = Some((now, OpenCause::Ratio));
+            self.state = BreakerState::Open {
+                since: now,
+                cause: OpenCause::Ratio,
+            };
+        }
+    }
+
     fn cool_or_close(&mut self, cooling_since: Duration, now: Duration) -> BreakerState {
         if now.saturating_sub(cooling_since) >= self.cooldown {
             self.opened = None;
@@ -786,5 +801,44 @@ mod tests {
                     *r != WaitReason::Budget || crash(k) >= worst));
             }
         }
+    }
+    #[test]
+    fn a_resumed_breaker_serves_the_full_cooldown() {
+        let cfg = BreakerConfig {
+            open_ratio: 0.3,
+            close_ratio: 0.1,
+            min_resources: 5,
+            window: Duration::from_secs(10),
+            cooldown: Duration::from_secs(60),
+            query: None,
+        };
+        let mut b = OutageBreaker::new(&cfg);
+        let at = |s| Duration::from_secs(s);
+        let mid = Sample {
+            total: 100,
+            failing: 17,
+            not_found: 0,
+            external_ratio: None,
+        };
+        // Between close and open: a fresh breaker stays closed.
+        assert_eq!(b.observe(at(1), mid), BreakerState::Closed);
+        b.resume(at(2));
+        assert!(
+            b.observe(at(3), mid).is_open(),
+            "0.17 is not below close_ratio"
+        );
+        let calm = Sample { failing: 0, ..mid };
+        assert_eq!(
+            b.observe(at(20), calm),
+            BreakerState::Cooling { since: at(20) }
+        );
+        assert!(b.observe(at(79), calm).is_open());
+        assert_eq!(b.observe(at(80), calm), BreakerState::Closed);
+        // Resuming an open breaker changes nothing.
+        let mut open = OutageBreaker::new(&cfg);
+        open.resume(at(0));
+        let before = open.state();
+        open.resume(at(5));
+        assert_eq!(open.state(), before);
     }
 }

@@ -52,6 +52,9 @@ struct State {
     /// until the watch shows a newer version (the store lags our writes).
     planned_at_rv: HashMap<ResourceKey, Box<str>>,
     report: StatusReport,
+    /// Leadership seen by the last tick: becoming leader resumes the breaker
+    /// from remedy's own breaker holds.
+    was_leader: bool,
 }
 
 /// Goals waiting for a worker, at most one per resource.
@@ -167,6 +170,7 @@ impl Engine {
                 episodes: Book::default(),
                 planned_at_rv: HashMap::new(),
                 report: StatusReport::default(),
+                was_leader: false,
             }),
             pending: Pending::default(),
             recovery: Mutex::new(recovery::Schedule::default()),
@@ -470,6 +474,7 @@ impl Engine {
         let mut goals: HashMap<ResourceKey, Goal> = HashMap::new();
         let mut recovered: Vec<Scope> = Vec::new();
         let mut held_keys = Vec::new();
+        let mut breaker_holds = 0usize;
         let mut settling: HashMap<String, i64> = HashMap::new();
         let mut settling_keys: Vec<String> = Vec::new();
         let breaker_open_before = st.breaker.is_open();
@@ -503,6 +508,10 @@ impl Engine {
             }
             if held {
                 held_keys.push(key.to_string());
+                if matches!(&e.view.pause, PauseState::Ours { reason: Some(r), .. } if r.as_ref() == BREAKER_REASON)
+                {
+                    breaker_holds += 1;
+                }
             }
             if e.view.deleting || e.view.pause == PauseState::Foreign {
                 return;
@@ -568,6 +577,18 @@ impl Engine {
             }
         });
 
+        // A new leader (restart, takeover) has no samples of the outage its
+        // predecessor held resources for: those holds say the breaker was
+        // open, so it serves the full cooldown before releasing any.
+        let leader_now = self.leader.is_leader();
+        if leader_now && !st.was_leader && breaker_holds > 0 && !st.breaker.is_open() {
+            st.breaker.resume(now);
+            tracing::info!(
+                held = breaker_holds,
+                "leading with breaker holds: breaker resumed open, cooldown runs from now"
+            );
+        }
+        st.was_leader = leader_now;
         let state = st.breaker.observe(now, sample);
         let breaker_open = state.is_open();
         if breaker_open != breaker_open_before {
@@ -1002,6 +1023,117 @@ mod tests {
         e.tick().await;
         assert!(e.report().breaker_open);
         assert_eq!(pending(&e).len(), 3);
+    }
+
+    fn held_osm(name: &str, failing: bool, reason: &str) -> DynamicObject {
+        let record = serde_json::to_string(&HoldRecord {
+            since: Utc::now(),
+            reason: reason.into(),
+            crash_count: 1,
+            value: None,
+        })
+        .unwrap();
+        osm(
+            name,
+            failing,
+            json!({CAPI_PAUSED: crate::profile::PAUSE_MARKER, crate::profile::HOLD_ANNOTATION: record}),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_new_leader_serves_the_full_cooldown_before_releasing_breaker_holds() {
+        let mut c = cfg();
+        c.breaker.min_resources = 1000;
+        c.breaker.cooldown = Duration::from_secs(3600);
+        let (e, store) = engine(&c, true);
+        // What the last leader left: 5 breaker holds; 17% still failing,
+        // between close_ratio (0.1) and open_ratio (0.3).
+        for i in 0..5 {
+            store.apply(0, &held_osm(&format!("h{i}"), true, BREAKER_REASON));
+        }
+        for i in 0..25 {
+            store.apply(0, &osm(&format!("f{i}"), i < 5, json!({})));
+        }
+        for _ in 0..3 {
+            e.tick().await;
+        }
+        assert!(e.report().breaker_open, "resumed from the holds");
+        // Open means what it means for any breaker: failing resources are
+        // held too; but no held one is released before the cooldown.
+        assert!(
+            pending(&e).iter().all(|(_, g)| *g == "hold"),
+            "nothing released before the cooldown: {:?}",
+            pending(&e)
+        );
+        assert!(pending(&e).iter().all(|(n, _)| n.starts_with('f')));
+    }
+
+    #[tokio::test]
+    async fn a_verified_episode_remediates_its_targets_once_and_not_later_failures() {
+        let mut c = cfg();
+        c.breaker.min_resources = 1000;
+        let (e, store) = engine(&c, true);
+        store.apply(0, &osm("a", true, json!({})));
+        e.handle(&alert(AlertStatus::Firing));
+        e.handle(&alert(AlertStatus::Resolved));
+        {
+            let mut st = e.state.lock().unwrap();
+            let scope = st.episodes.map().keys().next().unwrap().clone();
+            st.episodes.get_mut(&scope).unwrap().verified_at = Some(Utc::now());
+        }
+        e.tick().await;
+        assert_eq!(pending(&e), vec![("a".into(), "remediate")]);
+        // The remediation is done (the worker reports it), then "a" fails
+        // again and "b" fails for the first time, within the episode TTL.
+        let (key, _) = e.pending.take().unwrap();
+        e.pending.finish(&key);
+        e.state.lock().unwrap().episodes.done(&key);
+        let mut again = osm("a", true, json!({}));
+        again.metadata.resource_version = Some("7".into());
+        store.apply(0, &again);
+        store.apply(0, &osm("b", true, json!({})));
+        for _ in 0..3 {
+            e.tick().await;
+        }
+        assert!(
+            pending(&e).is_empty(),
+            "new failures take the normal path: {:?}",
+            pending(&e)
+        );
+    }
+
+    #[tokio::test]
+    async fn refused_notifications_change_nothing_and_are_counted() {
+        let mut c = cfg();
+        c.breaker.min_resources = 1000;
+        c.alerts[0].max_resources = 2;
+        let (e, store) = engine(&c, true);
+        for n in ["a", "b", "c"] {
+            store.apply(0, &osm(n, true, json!({})));
+        }
+        let refused = |reason| {
+            e.metrics
+                .episodes_refused
+                .get_or_create(&EpisodeLabels {
+                    alertname: "CloudAPIDegraded".into(),
+                    reason,
+                })
+                .get()
+        };
+        // No selector label: it would select the whole fleet.
+        let mut wide = alert(AlertStatus::Firing);
+        wide.labels.clear();
+        e.handle(&wide);
+        e.tick().await;
+        assert!(pending(&e).is_empty());
+        assert_eq!(refused("cluster_wide"), 1);
+        assert!(e.report().episodes.is_empty());
+        // In scope, but 3 failing resources over a cap of 2: nothing held.
+        e.handle(&alert(AlertStatus::Firing));
+        e.tick().await;
+        e.tick().await;
+        assert!(pending(&e).is_empty(), "{:?}", pending(&e));
+        assert_eq!(refused("over_cap"), 1, "counted once");
     }
 
     #[tokio::test]
