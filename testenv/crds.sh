@@ -33,7 +33,7 @@ fetch() {
 
 # build SET CAPI_VERSION
 build() {
-  local set=$1 capi=$2 dst=bin/crds/$1 tmp m
+  local set=$1 capi=$2 dst=bin/crds/$1 tmp m file dir
   local stamp=$dst/.stamp
   if [[ -f $stamp ]] && [[ -z $(find crds.sh crds -newer "$stamp" -print -quit) ]]; then
     return 0
@@ -42,7 +42,8 @@ build() {
   chmod 755 "$tmp"
   # module@version  file in the module  (only the CRDs remedy or its tests use)
   while read -r m file; do
-    cp "$(fetch "$m")/$file" "$tmp/"
+    dir=$(fetch "$m")
+    cp "$dir/$file" "$tmp/"
     echo "$m $file" >>"$tmp/SOURCES"
   done <<EOF
 sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_machines.yaml
@@ -63,5 +64,6 @@ EOF
 }
 
 mkdir -p bin/crds
+rm -rf bin/crds/.tmp.* # left by a failed run
 build default "$CAPI_DEFAULT"
 build capi-v1.10 "$CAPI_OLD"
