@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds the real kube-apiserver and etcd used by tests and the playground.
+# Builds the real kube-apiserver and etcd used by tests and the playground,
+# and the CRD sets they install (crds.sh: upstream CRDs from Go modules).
 # Warm runs are no-ops: Go's build cache makes `go build` fast, and we skip
 # entirely when the binaries are newer than go.sum and the harness sources.
 set -euo pipefail
 cd "$(dirname "$0")"
+bash crds.sh
 K8S_VERSION=v1.36.3
 export CGO_ENABLED=0
 mkdir -p bin

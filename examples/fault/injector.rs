@@ -69,7 +69,8 @@ impl Kind {
     }
 
     /// The API the objects are created through: the storage versions of the
-    /// testenv CRDs, so the Machine has the v1beta2 status layout.
+    /// testenv CRDs (Cluster API v1.12: v1beta2). Their conversion is None,
+    /// so objects are read in this version too, never in another.
     fn api_resource(self) -> ApiResource {
         let (group, version, plural) = match self {
             Kind::OpenStackMachine => (
@@ -923,7 +924,8 @@ fn machine_healthy(s: &FleetSpec, i: usize) -> Value {
 
 fn machine_running() -> Value {
     let t = now();
-    let ok = |ty: &str| json!({"type": ty, "status": "True", "reason": ty, "observedGeneration": 1, "lastTransitionTime": t});
+    // metav1.Condition: the real CRD requires message, empty is allowed.
+    let ok = |ty: &str| json!({"type": ty, "status": "True", "reason": ty, "message": "", "observedGeneration": 1, "lastTransitionTime": t});
     json!({
         "phase": "Running",
         "observedGeneration": 1,

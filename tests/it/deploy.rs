@@ -1,9 +1,8 @@
 //! `deploy/` is valid for a real apiserver: every kustomize overlay is
 //! rendered with kubectl and every object is sent as a server-side dry-run
-//! apply, so the apiserver checks each kind, schema and field. The
-//! prometheus-operator and cert-manager CRDs here are schema-less stand-ins
-//! (testenv/crds), so for ServiceMonitor, PrometheusRule, Certificate and
-//! Issuer only kind and metadata are checked.
+//! apply, so the apiserver checks each kind, schema and field, including
+//! ServiceMonitor, PrometheusRule, Certificate and Issuer against the real
+//! prometheus-operator and cert-manager CRDs (testenv/crds.sh).
 
 use crate::support::objects::apply_manifest;
 use crate::support::{TestCluster, repo};

@@ -3,6 +3,7 @@
 
 mod alert_loop;
 mod cli;
+mod crds;
 mod deploy;
 mod episode_recovery;
 mod kube_watch;

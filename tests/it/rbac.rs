@@ -116,10 +116,12 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
 
     // Real writes as the ServiceAccount: hold and remediate a Machine, reset
     // a BottlerocketShadow (status subresource), Events included.
-    let m = create_with_status(&admin, sample("capi-machine-v1beta1-failed.yaml"), &ns).await;
+    // The shared cluster stores Machines as v1beta2: written and read in v1beta2.
+    let m = create_with_status(&admin, sample("capi-machine-v1beta2-failed.yaml"), &ns).await;
     let name = m.metadata.name.clone().unwrap_or_default();
     let ex = executor(sa.clone(), Arc::new(Metrics::new(10)), false);
-    let p = builtin("capi-machine").unwrap();
+    let mut p = builtin("capi-machine").unwrap();
+    p.version = "v1beta2".into();
     let key = ResourceKey::new("Machine", &ns, &name);
     let record = HoldRecord {
         since: chrono::Utc::now(),
@@ -132,6 +134,7 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
         vec![Step::Hold]
     );
     let out = ex.run(&p, &key, &Goal::Remediate).await.unwrap();
+    assert!(out.steps.contains(&Step::ClearFailure), "{:?}", out.steps);
     assert_eq!(out.steps.last(), Some(&Step::Unpause));
     let b = create_with_status(
         &admin,

@@ -47,8 +47,10 @@ async fn hold_then_remediate_a_v1beta2_machine_end_to_end() {
     let api = api_for(&client, &m, &ns);
     let name = m.metadata.name.clone().unwrap_or_default();
     let key = ResourceKey::new("Machine", &ns, &name);
-    // remedy watches v1beta1; the same object is served in both versions.
-    let p = builtin("capi-machine").unwrap();
+    // Read in the version it was written in: with the CRDs' None conversion
+    // a v1beta1 read prunes status.deprecated (see testenv/README.md).
+    let mut p = builtin("capi-machine").unwrap();
+    p.version = "v1beta2".into();
     let metrics = Arc::new(Metrics::new(100));
     let ex = executor(client.clone(), metrics.clone(), false);
 

@@ -113,7 +113,8 @@ func cmdUp(args []string) error {
 	}
 	fs := flag.NewFlagSet("up", flag.ExitOnError)
 	dir := fs.String("dir", "", "state directory (certs, etcd data, logs, kubeconfig, ready)")
-	crds := fs.String("crds", filepath.Join(exeDir, "..", "crds"), "directory of CRD manifests (*.yaml) to install")
+	// crds.sh (run by build.sh) writes the CRD sets next to the binaries.
+	crds := fs.String("crds", filepath.Join(exeDir, "crds", "default"), "directory of CRD manifests (*.yaml) to install, e.g. testenv/bin/crds/capi-v1.10")
 	bin := fs.String("bin", filepath.Join(exeDir, "..", "bin"), "directory holding kube-apiserver and etcd")
 	lifeline := fs.Bool("lifeline-stdin", false, "shut down when stdin reaches EOF (the parent test process exited)")
 	fs.Parse(args)
@@ -135,6 +136,9 @@ func cmdUp(args []string) error {
 		if _, err := os.Stat(filepath.Join(e.binDir, b)); err != nil {
 			return fmt.Errorf("%s not found in %s (run testenv/build.sh or pass --bin): %v", b, e.binDir, err)
 		}
+	}
+	if _, err := os.Stat(e.crdDir); err != nil {
+		return fmt.Errorf("CRD directory %s: %v (testenv/build.sh writes testenv/bin/crds/ with crds.sh)", e.crdDir, err)
 	}
 	if err := os.MkdirAll(e.dir, 0o755); err != nil {
 		return err

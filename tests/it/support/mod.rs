@@ -21,6 +21,28 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Which CRDs a test cluster installs: `testenv/crds.sh` writes one
+/// directory per set under `testenv/bin/crds/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrdSet {
+    /// Cluster API v1.12 (Machine and Cluster stored as v1beta2, v1beta1
+    /// still served) and the other providers' CRDs: the shared cluster's.
+    Default,
+    /// The same with Cluster API v1.10: v1beta1 is the only served and the
+    /// storage version, so v1beta1 status fields such as
+    /// `status.failureReason` are kept.
+    CapiV1_10,
+}
+
+impl CrdSet {
+    fn dir(self) -> &'static str {
+        match self {
+            CrdSet::Default => "default",
+            CrdSet::CapiV1_10 => "capi-v1.10",
+        }
+    }
+}
+
 pub struct TestCluster {
     pub dir: PathBuf,
     pub kubeconfig: PathBuf,
@@ -38,12 +60,21 @@ impl TestCluster {
     /// testenv's own flags (the last occurrence of a flag wins), e.g.
     /// `--watch-cache=false`.
     pub fn start_with(apiserver_args: &[&str]) -> Self {
+        Self::start_with_crds(CrdSet::Default, apiserver_args)
+    }
+
+    /// A private cluster with the CRD set `crds` installed (see
+    /// `testenv/crds.sh`), e.g. [`CrdSet::CapiV1_10`] for the v1beta1 layout.
+    pub fn start_with_crds(crds: CrdSet, apiserver_args: &[&str]) -> Self {
         let bin = repo().join("testenv/bin/remedy-testenv");
-        assert!(
-            bin.exists(),
-            "{} missing: run `bash testenv/build.sh` (the README test command does)",
-            bin.display()
-        );
+        let crd_dir = repo().join("testenv/bin/crds").join(crds.dir());
+        for path in [&bin, &crd_dir] {
+            assert!(
+                path.exists(),
+                "{} missing: run `bash testenv/build.sh` (the README test command does)",
+                path.display()
+            );
+        }
         let tmp = tempfile::Builder::new()
             .prefix("remedy-testenv-")
             .tempdir()
@@ -54,6 +85,8 @@ impl TestCluster {
         let child = Command::new(&bin)
             .args(["up", "--lifeline-stdin", "--dir"])
             .arg(&dir)
+            .arg("--crds")
+            .arg(&crd_dir)
             .args(
                 (!apiserver_args.is_empty())
                     .then_some("--")
