@@ -131,6 +131,7 @@ async fn capi_v1_10_crds_keep_the_v1beta1_failure_fields_remedy_reads_and_clears
         since: chrono::Utc::now(),
         reason: "breaker".into(),
         crash_count: 1,
+        value: None,
     };
     assert_eq!(
         ex.run(&p, &key, &Goal::Hold(record)).await.unwrap().steps,
