@@ -4,6 +4,7 @@
 mod alert_loop;
 mod cli;
 mod crds;
+mod crossplane;
 mod deploy;
 mod episode_recovery;
 mod kube_watch;
