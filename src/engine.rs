@@ -52,9 +52,9 @@ struct State {
     /// until the watch shows a newer version (the store lags our writes).
     planned_at_rv: HashMap<ResourceKey, Box<str>>,
     report: StatusReport,
-    /// Leadership seen by the last tick: becoming leader resumes the breaker
-    /// from remedy's own breaker holds.
-    was_leader: bool,
+    /// Whether this leadership term has looked at remedy's breaker holds
+    /// yet (on the first tick that leads with every watch synced).
+    resumed: bool,
 }
 
 /// Goals waiting for a worker, at most one per resource.
@@ -140,6 +140,9 @@ pub struct Engine {
     pending: Pending,
     /// When to rebuild episodes from Prometheus.
     recovery: Mutex<recovery::Schedule>,
+    /// Watch streams whose initial list must be in before the holds on
+    /// record are trusted to be complete.
+    streams: Vec<String>,
 }
 
 impl Engine {
@@ -151,6 +154,7 @@ impl Engine {
         leader: Leadership,
     ) -> Arc<Self> {
         let metrics = store.metrics().clone();
+        let streams = crate::watch::stream_ids(store.profiles(), &cfg.namespaces);
         Arc::new(Self {
             store,
             executor,
@@ -170,10 +174,11 @@ impl Engine {
                 episodes: Book::default(),
                 planned_at_rv: HashMap::new(),
                 report: StatusReport::default(),
-                was_leader: false,
+                resumed: false,
             }),
             pending: Pending::default(),
             recovery: Mutex::new(recovery::Schedule::default()),
+            streams,
         })
     }
 
@@ -581,14 +586,19 @@ impl Engine {
         // predecessor held resources for: those holds say the breaker was
         // open, so it serves the full cooldown before releasing any.
         let leader_now = self.leader.is_leader();
-        if leader_now && !st.was_leader && breaker_holds > 0 && !st.breaker.is_open() {
-            st.breaker.resume(now);
-            tracing::info!(
-                held = breaker_holds,
-                "leading with breaker holds: breaker resumed open, cooldown runs from now"
-            );
+        let synced = self.streams.iter().all(|s| self.store.is_synced(s));
+        if !leader_now {
+            st.resumed = false;
+        } else if synced && !st.resumed {
+            st.resumed = true;
+            if breaker_holds > 0 && !st.breaker.is_open() {
+                st.breaker.resume(now);
+                tracing::info!(
+                    held = breaker_holds,
+                    "leading with breaker holds: breaker resumed open, cooldown runs from now"
+                );
+            }
         }
-        st.was_leader = leader_now;
         let state = st.breaker.observe(now, sample);
         let breaker_open = state.is_open();
         if breaker_open != breaker_open_before {
@@ -619,9 +629,11 @@ impl Engine {
                 }
                 self.pending.offer(key, Goal::Hold(record));
             }
+            // Until every watch has listed, the holds on record are not all
+            // known: release nothing yet.
             let plan = plan_releases(
                 &candidates,
-                breaker_open,
+                breaker_open || !st.resumed,
                 &mut st.bucket,
                 now,
                 self.max_per_tick,
@@ -898,6 +910,15 @@ mod tests {
     /// An engine whose executor is never driven (no workers run), so the
     /// tests see exactly what the tick decides. The client points nowhere.
     fn engine(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
+        let (e, store) = engine_unsynced(cfg, leader);
+        for s in crate::watch::stream_ids(store.profiles(), &cfg.namespaces) {
+            store.mark_synced(&s);
+        }
+        (e, store)
+    }
+
+    /// Before the watches have listed: as right after a start.
+    fn engine_unsynced(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
         let metrics = Arc::new(Metrics::new(100));
         let store = Arc::new(Store::new(
             vec![builtin("openstack-machine").unwrap()],
@@ -1045,14 +1066,25 @@ mod tests {
         let mut c = cfg();
         c.breaker.min_resources = 1000;
         c.breaker.cooldown = Duration::from_secs(3600);
-        let (e, store) = engine(&c, true);
+        let (e, store) = engine_unsynced(&c, true);
         // What the last leader left: 5 breaker holds; 17% still failing,
         // between close_ratio (0.1) and open_ratio (0.3).
+        e.tick().await;
+        assert!(!e.report().breaker_open, "nothing listed yet");
         for i in 0..5 {
             store.apply(0, &held_osm(&format!("h{i}"), true, BREAKER_REASON));
         }
         for i in 0..25 {
             store.apply(0, &osm(&format!("f{i}"), i < 5, json!({})));
+        }
+        e.tick().await;
+        assert!(
+            pending(&e).is_empty(),
+            "no release before the watches have listed: {:?}",
+            pending(&e)
+        );
+        for s in crate::watch::stream_ids(store.profiles(), &[]) {
+            store.mark_synced(&s);
         }
         for _ in 0..3 {
             e.tick().await;

@@ -50,7 +50,10 @@ fn config(ns: &str) -> String {
     format!(
         "namespaces: [{ns}]\nprofiles: [openstack-machine]\ntick: 250ms\n\
          leader_election: {{enabled: true, lease_name: remedy-leader-test, namespace: {ns}, lease_duration: {}s}}\n\
-         budget: {{refill_per_second: 1, burst: 1}}\nbreaker: {{min_resources: 1000}}\n",
+         budget: {{refill_per_second: 1, burst: 1}}\n\
+         breaker: {{min_resources: 1000, cooldown: 1s}}\n",
+        // Every new leader serves the breaker's cooldown before releasing
+        // its predecessor's breaker holds (#12): short here.
         LEASE.as_secs()
     )
 }

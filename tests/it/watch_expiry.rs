@@ -52,7 +52,7 @@ async fn a_watch_expired_mid_release_relists_and_loses_or_doubles_nothing() {
         &format!(
             "namespaces: [{ns}]\nprofiles: [openstack-machine]\ntick: 250ms\n\
              leader_election: {{enabled: false}}\n\
-             budget: {{refill_per_second: 1, burst: 1}}\nbreaker: {{min_resources: 1000}}\n"
+             budget: {{refill_per_second: 1, burst: 1}}\nbreaker: {{min_resources: 1000, cooldown: 1s}}\n"
         ),
     );
     remedy.wait_ready().await;
