@@ -7,6 +7,7 @@ mod crds;
 mod crossplane;
 mod deploy;
 mod episode_recovery;
+mod episodes;
 mod kube_watch;
 mod leader;
 mod provider_rules;
