@@ -219,7 +219,7 @@ impl Engine {
         self.metrics
             .episodes_refused
             .get_or_create(&EpisodeLabels {
-                alertname: alertname.to_string(),
+                alert: alertname.to_string(),
                 reason: why.label(),
             })
             .inc();
@@ -1147,7 +1147,7 @@ mod tests {
             e.metrics
                 .episodes_refused
                 .get_or_create(&EpisodeLabels {
-                    alertname: "CloudAPIDegraded".into(),
+                    alert: "CloudAPIDegraded".into(),
                     reason,
                 })
                 .get()

@@ -95,7 +95,9 @@ pub struct ResultLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EpisodeLabels {
-    pub alertname: String,
+    /// Not `alertname`: Prometheus would overwrite it with the name of the
+    /// alert rule that fires on this metric.
+    pub alert: String,
     pub reason: &'static str,
 }
 

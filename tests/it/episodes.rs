@@ -147,7 +147,7 @@ async fn metric(remedy: &Remedy, series: &str) -> f64 {
 }
 
 fn refused(reason: &str) -> String {
-    format!(r#"remedy_episodes_refused_total{{alertname="{ALERT}",reason="{reason}"}}"#)
+    format!(r#"remedy_episodes_refused_total{{alert="{ALERT}",reason="{reason}"}}"#)
 }
 
 async fn count(api: &Api<DynamicObject>, pred: impl Fn(&DynamicObject) -> bool) -> usize {
