@@ -150,3 +150,41 @@ async fn without_the_stale_signal_guard_remediated_machines_are_held_again() {
         r.log
     );
 }
+
+#[tokio::test]
+async fn capo_v0_14_unexpectedly_deleted_servers_are_a_not_found_burst() {
+    // CAPO v0.13+ (controllers/openstackmachine_controller.go) writes this
+    // when servers vanish, e.g. after a credentials change points the
+    // provider at another project: a burst trips the breaker as not_found.
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "capo-deleted").await;
+    let mut api = None;
+    for i in 0..6 {
+        let mut o = sample("capo-openstackmachine-error.yaml");
+        o.metadata.name = Some(format!("osm-{i}"));
+        o.data["status"] = serde_json::json!({"ready": false, "instanceState": "DELETED",
+            "failureReason": "UpdateError", "failureMessage": "The server was unexpectedly deleted",
+            "conditions": [{"type": "InstanceReady", "status": "False", "severity": "Error",
+                            "reason": "InstanceDeleted", "message": "The server was unexpectedly deleted",
+                            "lastTransitionTime": "2026-12-03T00:00:00Z"}]});
+        let c = create_with_status(&client, o, &ns).await;
+        api.get_or_insert_with(|| api_for(&client, &c, &ns));
+    }
+    let config = format!(
+        "namespaces: [{ns}]\nprofiles: [openstack-machine]\ntick: 200ms\nleader_election: {{enabled: false}}\n\
+         breaker: {{open_ratio: 0.5, close_ratio: 0.1, min_resources: 5, window: 1s, cooldown: 3s}}\n"
+    );
+    let remedy = Remedy::serve(cluster, &config);
+    remedy.wait_ready().await;
+    let not_found = format!(
+        r#"remedy_terminal_errors_total{{namespace="{ns}",kind="OpenStackMachine",reason="not_found"}}"#
+    );
+    eventually(Duration::from_secs(20), "a not-found burst", || async {
+        let (_, text) = remedy.get("/metrics").await?;
+        let v = |s: &str| crate::support::sample(&text, s).unwrap_or(0.0);
+        (v(&not_found) == 6.0 && v(r#"remedy_outage_breaker_open{scope="cluster"}"#) == 1.0)
+            .then_some(())
+    })
+    .await;
+}
