@@ -139,6 +139,33 @@ pub struct TlsConfig {
     pub key_file: PathBuf,
 }
 
+/// How to reach a signal source behind auth (thanos-querier, Mimir/Cortex
+/// tenants, basic auth, a private CA). Secret files are re-read on every
+/// request, so a rotated Secret works without a restart.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceClient {
+    /// File holding a bearer token (e.g. a projected ServiceAccount token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer_token_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic_auth: Option<BasicAuth>,
+    /// PEM CA bundle to trust in addition to the system roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// Extra headers on every request, e.g. `X-Scope-OrgID: tenant-1`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuth {
+    pub username: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SignalsConfig {
@@ -146,6 +173,12 @@ pub struct SignalsConfig {
     pub prometheus_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alertmanager_url: Option<String>,
+    /// Client settings for Prometheus (or a query frontend).
+    #[serde(skip_serializing_if = "is_default")]
+    pub prometheus: SourceClient,
+    /// Client settings for Alertmanager.
+    #[serde(skip_serializing_if = "is_default")]
+    pub alertmanager: SourceClient,
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
     /// How long an alert must stay resolved before remediation starts.
@@ -153,11 +186,17 @@ pub struct SignalsConfig {
     pub settle: Duration,
 }
 
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
 impl Default for SignalsConfig {
     fn default() -> Self {
         Self {
             prometheus_url: None,
             alertmanager_url: None,
+            prometheus: SourceClient::default(),
+            alertmanager: SourceClient::default(),
             timeout: Duration::from_secs(5),
             settle: Duration::from_secs(120),
         }
@@ -400,6 +439,13 @@ impl Config {
             {
                 return Err(ConfigError::invalid(field, "must be an http(s) URL"));
             }
+        }
+        for (field, c) in [
+            ("signals.prometheus", &self.signals.prometheus),
+            ("signals.alertmanager", &self.signals.alertmanager),
+        ] {
+            crate::signals::client::check(field, c)
+                .map_err(|why| ConfigError::invalid(field, why))?;
         }
         if self.signals.timeout.is_zero() {
             return Err(ConfigError::invalid("signals.timeout", "must be positive"));

@@ -2,6 +2,7 @@
 //! (inbound, untrusted) and the query client that verifies an alert is
 //! cleared before remedy acts (outbound, fail safe).
 
+pub mod client;
 pub mod dedupe;
 pub mod verify;
 pub mod webhook;
@@ -78,6 +79,12 @@ pub enum SignalError {
         target: &'static str,
         reason: String,
     },
+    #[error("{target} credentials or CA {path}: {reason}")]
+    Credentials {
+        target: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
     #[error("{target} rejected the query ({error_type}): {message}")]
     QueryError {
         target: &'static str,
@@ -91,6 +98,7 @@ impl SignalError {
     pub fn label(&self) -> &'static str {
         match self {
             Self::Token { .. } => "token",
+            Self::Credentials { .. } => "credentials",
             Self::NotConfigured(_) => "not_configured",
             Self::Client(_) => "client",
             Self::InvalidInput(_) => "invalid_input",

@@ -3,6 +3,7 @@
 //! alert in Alertmanager, and an empty optional verify query. Fail safe: any
 //! doubt (unreachable, slow, odd answer) is an error, never "cleared".
 
+use super::client::SourceHttp;
 use super::{ALERTMANAGER, PROMETHEUS, SignalError, valid_label_name};
 use crate::config::SignalsConfig;
 use crate::metrics::Metrics;
@@ -355,7 +356,8 @@ struct PromGlobal {
 }
 
 pub struct Verifier {
-    client: reqwest::Client,
+    prom_http: SourceHttp,
+    am_http: SourceHttp,
     prometheus: Option<String>,
     alertmanager: Option<String>,
     /// Names of Prometheus' external labels, refreshed every
@@ -369,11 +371,8 @@ pub struct Verifier {
 
 impl Verifier {
     pub fn new(cfg: &SignalsConfig, metrics: Arc<Metrics>) -> Result<Self, SignalError> {
-        let client = reqwest::Client::builder()
-            .timeout(cfg.timeout)
-            .connect_timeout(cfg.timeout)
-            .build()
-            .map_err(SignalError::Client)?;
+        let prom_http = SourceHttp::new(PROMETHEUS, &cfg.prometheus, cfg.timeout)?;
+        let am_http = SourceHttp::new(ALERTMANAGER, &cfg.alertmanager, cfg.timeout)?;
         let base = |u: &Option<String>| u.as_ref().map(|u| u.trim_end_matches('/').to_string());
         let prometheus = base(&cfg.prometheus_url);
         let alertmanager = base(&cfg.alertmanager_url);
@@ -385,7 +384,8 @@ impl Verifier {
             targets.push(ALERTMANAGER);
         }
         Ok(Self {
-            client,
+            prom_http,
+            am_http,
             prometheus,
             alertmanager,
             external_labels: Mutex::new(None),
@@ -546,8 +546,12 @@ impl Verifier {
             .prometheus
             .as_deref()
             .ok_or(SignalError::NotConfigured("signals.prometheus_url"))?;
-        let req = self.client.get(format!("{base}/api/v1/status/config"));
+        let req = self
+            .prom_http
+            .client
+            .get(format!("{base}/api/v1/status/config"));
         let result = async {
+            let req = self.prom_http.authorize(req).await?;
             let (status, body) = fetch(PROMETHEUS, req).await?;
             // Query frontends (Thanos, Mimir) have no such endpoint, and
             // their ALERTS series do carry the external labels.
@@ -625,9 +629,11 @@ impl Verifier {
     ) -> Result<PromData, SignalError> {
         // POST form: verify queries can be longer than a URL should be.
         let req = self
+            .prom_http
             .client
             .post(format!("{base}/api/v1/query"))
             .form(&[("query", promql)]);
+        let req = self.prom_http.authorize(req).await?;
         let (status, body) = fetch(PROMETHEUS, req).await?;
         let data = parse_prometheus(status, &body)?;
         if accept.contains(&data.kind()) {
@@ -657,10 +663,12 @@ impl Verifier {
         ];
         params.extend(filters.iter().map(|f| ("filter", f.as_str())));
         let req = self
+            .am_http
             .client
             .get(format!("{base}/api/v2/alerts"))
             .query(&params);
         let result = async {
+            let req = self.am_http.authorize(req).await?;
             let (status, body) = fetch(ALERTMANAGER, req).await?;
             parse_alertmanager(status, &body)
         }

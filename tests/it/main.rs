@@ -13,6 +13,7 @@ mod leader;
 mod provider_rules;
 mod rbac;
 mod remediate;
+mod signals_auth;
 mod signals_verify;
 mod signals_webhook;
 mod stack;
