@@ -143,9 +143,10 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         "listening"
     );
 
+    let list = watch::initial_list(&client).await;
     for (i, _) in v.profiles.iter().enumerate() {
         if cfg.namespaces.is_empty() {
-            tokio::spawn(watch::run(client.clone(), store.clone(), i, None));
+            tokio::spawn(watch::run(client.clone(), store.clone(), i, None, list));
         } else {
             for ns in &cfg.namespaces {
                 tokio::spawn(watch::run(
@@ -153,6 +154,7 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
                     store.clone(),
                     i,
                     Some(ns.clone()),
+                    list,
                 ));
             }
         }

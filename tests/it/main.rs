@@ -5,6 +5,7 @@ mod alert_loop;
 mod cli;
 mod deploy;
 mod episode_recovery;
+mod initial_list;
 mod kube_watch;
 mod leader;
 mod provider_rules;
