@@ -147,3 +147,47 @@ fn watch(text: &str, ty: &str) -> f64 {
     )
     .unwrap_or(0.0)
 }
+
+/// Cold start at scale, for README "Reliability": fills one namespace with
+/// `REMEDY_COLD_START_OBJECTS` (default 20000) OpenStackMachines, then times
+/// remedy from spawn to /readyz 200. Extra apiserver flags (e.g.
+/// `--feature-gates=WatchList=false` for the paginated path) come from
+/// `REMEDY_COLD_START_APISERVER_ARGS`, space-separated.
+/// `cargo test --release --test it cold_start -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: minutes of object creation"]
+async fn cold_start_at_scale() {
+    let n: usize = std::env::var("REMEDY_COLD_START_OBJECTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_000);
+    let extra = std::env::var("REMEDY_COLD_START_APISERVER_ARGS").unwrap_or_default();
+    let args: Vec<&str> = extra.split_whitespace().collect();
+    let cluster = TestCluster::start_with(&args);
+    let client = cluster.client().await;
+    let ns = namespace(&client, "cold").await;
+    let t = Instant::now();
+    create_many(&client, &ns, n).await;
+    let created = t.elapsed();
+    let config = format!(
+        "namespaces: [{ns}]\nprofiles: [openstack-machine]\nleader_election: {{enabled: false}}\n"
+    );
+    for run in 1..=3 {
+        let t = Instant::now();
+        let remedy = Remedy::serve(&cluster, &config);
+        eventually(Duration::from_secs(600), "ready", || async {
+            matches!(remedy.get("/readyz").await, Some((200, _))).then_some(())
+        })
+        .await;
+        let ready = t.elapsed();
+        let log = remedy.log_tail();
+        assert!(log.contains(&format!("objects={n}")), "{log}");
+        let (_, m) = remedy.get("/metrics").await.expect("metrics");
+        eprintln!(
+            "cold_start {args:?}: {n} objects (created in {created:.1?}), run {run}: \
+             /readyz 200 after {ready:.2?}; error={} expired={}",
+            watch(&m, "error"),
+            watch(&m, "expired")
+        );
+    }
+}
