@@ -102,7 +102,7 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         cfg.backoff.clone(),
         metrics.clone(),
     ));
-    let client = kube::Client::try_default().await?;
+    let client = crate::kube_client().await?;
 
     // Fail at start, with the reason, rather than run half-configured.
     let verifier = match cfg.signals.prometheus_url {

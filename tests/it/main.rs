@@ -17,5 +17,6 @@ mod stack;
 mod support;
 mod throttle;
 mod tls;
+mod user_agent;
 mod watch_expiry;
 mod watch_restart;
