@@ -102,7 +102,7 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         cfg.backoff.clone(),
         metrics.clone(),
     ));
-    let client = kube::Client::try_default().await?;
+    let client = crate::kube_client().await?;
 
     // Fail at start, with the reason, rather than run half-configured.
     let verifier = match cfg.signals.prometheus_url {
@@ -143,9 +143,10 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         "listening"
     );
 
+    let list = watch::initial_list(&client).await;
     for (i, _) in v.profiles.iter().enumerate() {
         if cfg.namespaces.is_empty() {
-            tokio::spawn(watch::run(client.clone(), store.clone(), i, None));
+            tokio::spawn(watch::run(client.clone(), store.clone(), i, None, list));
         } else {
             for ns in &cfg.namespaces {
                 tokio::spawn(watch::run(
@@ -153,6 +154,7 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
                     store.clone(),
                     i,
                     Some(ns.clone()),
+                    list,
                 ));
             }
         }
@@ -179,6 +181,7 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         )
         .with_write_log(store.clone()),
     );
+    let stop = stop_then_release(leadership.clone());
     let engine = Engine::new(&cfg, store.clone(), executor, verifier, leadership);
     tokio::spawn(engine.clone().run(cfg.tick, rx));
 
@@ -212,11 +215,11 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     }
     match tls_config {
         Some(t) => {
-            tls::serve(listener, t.config, app, shutdown()).await;
+            tls::serve(listener, t.config, app, stop).await;
             Ok(())
         }
         None => axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown())
+            .with_graceful_shutdown(stop)
             .await
             .map_err(ServeError::Http),
     }
@@ -248,10 +251,16 @@ async fn reload_certificates(certs: Arc<tls::CertStore>, metrics: Arc<Metrics>) 
     }
 }
 
-async fn shutdown() {
+/// On SIGTERM: stop writing and hand the Lease back before the listener
+/// drains, so a successor leads at once instead of after a lease duration.
+async fn stop_then_release(leadership: leader::Leadership) {
     shutdown_signal().await;
     tracing::info!("shutting down");
+    leadership.release(LEASE_RELEASE_TIMEOUT).await;
 }
+
+/// Within Kubernetes' 30 s grace period with room for draining.
+const LEASE_RELEASE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Resolves on Ctrl-C or SIGTERM (what Kubernetes sends on pod stop).
 pub async fn shutdown_signal() {

@@ -136,7 +136,7 @@ pub async fn clear(
             });
         }
     }
-    let client = kube::Client::try_default().await?;
+    let client = crate::kube_client().await?;
     let b = &v.config.budget;
     let executor = Executor::new(
         client,

@@ -11,15 +11,22 @@
 //! (renewal + lease duration − margin, see [`Hold`]), and `is_leader()`
 //! compares that deadline with the monotonic clock when it is called, so it
 //! expires even if no task gets to run.
+//!
+//! On shutdown the holder stops leading, then clears the Lease
+//! ([`Leadership::release`]). kube-lease-manager's followers sleep until the
+//! old holder's lease would expire, so a follower also reads the Lease every
+//! `confirm_every` and, when it finds it vacant, restarts its lease manager,
+//! which takes a free Lease at once: the successor leads within about a
+//! second instead of a lease duration.
 
 use crate::config::LeaderConfig;
 use crate::metrics::Metrics;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
-use kube_lease_manager::LeaseManagerBuilder;
+use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
@@ -282,8 +289,14 @@ enum Inner {
     /// Leader election disabled (always leads) or a fixed answer for tests
     /// and one-shot commands.
     Fixed(bool),
-    Elected(Mutex<Hold>),
+    Elected {
+        hold: Mutex<Hold>,
+        release: Mutex<Option<oneshot::Sender<ReleaseRequest>>>,
+    },
 }
+
+/// Sent to the election task to release the Lease; it answers when done.
+type ReleaseRequest = oneshot::Sender<()>;
 
 /// Shared "am I the leader", checked right before every write.
 #[derive(Clone, Debug)]
@@ -294,8 +307,30 @@ impl Leadership {
         Self(Arc::new(Inner::Fixed(leader)))
     }
 
-    fn elected(margin: Duration) -> Self {
-        Self(Arc::new(Inner::Elected(Mutex::new(Hold::new(margin)))))
+    fn elected(margin: Duration, release: oneshot::Sender<ReleaseRequest>) -> Self {
+        Self(Arc::new(Inner::Elected {
+            hold: Mutex::new(Hold::new(margin)),
+            release: Mutex::new(Some(release)),
+        }))
+    }
+
+    /// Stops leading at once, then clears the Lease's holder so a
+    /// successor need not wait out the lease (on SIGTERM). Gives up after
+    /// `timeout`: the lease then expires as it would after a crash.
+    pub async fn release(&self, timeout: Duration) {
+        let Inner::Elected { hold, release } = &*self.0 else {
+            return;
+        };
+        if let Ok(mut h) = hold.lock() {
+            h.set_elected(false);
+        }
+        let Some(tx) = release.lock().ok().and_then(|mut r| r.take()) else {
+            return;
+        };
+        let (done, released) = oneshot::channel();
+        if tx.send(done).is_ok() && tokio::time::timeout(timeout, released).await.is_err() {
+            tracing::warn!("lease not released within {timeout:?}; it expires on its own");
+        }
     }
 
     /// Decided at call time against the monotonic clock: a write is refused
@@ -311,7 +346,7 @@ impl Leadership {
             },
             Inner::Fixed(false) => Verdict::Follower(Why::NotElected),
             // A poisoned lock means an update panicked half-way: follow.
-            Inner::Elected(hold) => hold
+            Inner::Elected { hold, .. } => hold
                 .lock()
                 .map_or(Verdict::Follower(Why::Unconfirmed), |h| h.verdict(now)),
         }
@@ -320,7 +355,7 @@ impl Leadership {
     fn with_hold<T>(&self, f: impl FnOnce(&mut Hold) -> T) -> Option<T> {
         match &*self.0 {
             Inner::Fixed(_) => None,
-            Inner::Elected(hold) => hold.lock().ok().map(|mut h| f(&mut h)),
+            Inner::Elected { hold, .. } => hold.lock().ok().map(|mut h| f(&mut h)),
         }
     }
 }
@@ -347,40 +382,149 @@ pub async fn start(
     }
     metrics.leader.set(0);
     let timing = Timing::for_lease(cfg.lease_duration);
-    let manager = LeaseManagerBuilder::new(client.clone(), &cfg.lease_name)
-        .with_namespace(&cfg.namespace)
-        .with_identity(&identity)
-        .with_duration(timing.lease_secs)
-        .with_grace(timing.grace_secs)
-        .build()
-        .await?;
-    let (rx, _task) = manager.watch().await;
-    let leadership = Leadership::elected(timing.margin);
+    let params = ManagerParams {
+        client: client.clone(),
+        lease_name: cfg.lease_name.clone(),
+        namespace: cfg.namespace.clone(),
+        identity: identity.clone(),
+        timing,
+    };
+    // Built here first so a bad setup stops startup with the reason.
+    let manager = params.build().await?;
+    let (release_tx, release_rx) = oneshot::channel();
+    let leadership = Leadership::elected(timing.margin, release_tx);
     let reader = LeaseReader {
         api: Api::namespaced(client, &cfg.namespace),
         name: cfg.lease_name.clone(),
         identity: identity.clone(),
         timeout: timing.confirm_every,
     };
-    let wake = Arc::new(Notify::new());
-    let changed = Arc::new(Notify::new());
+    let signals = Signals {
+        wake: Arc::new(Notify::new()),
+        changed: Arc::new(Notify::new()),
+        vacant: Arc::new(Notify::new()),
+    };
     let confirmer = tokio::spawn(confirm(
         reader,
         leadership.clone(),
         timing.confirm_every,
-        wake.clone(),
-        changed.clone(),
+        signals.clone(),
     ));
-    tokio::spawn(follow(
-        rx,
+    tokio::spawn(elect(
+        params,
+        manager,
         leadership.clone(),
         metrics,
-        identity,
-        wake,
-        changed,
+        signals,
         confirmer,
+        release_rx,
     ));
     Ok(leadership)
+}
+
+/// What a lease manager is built from, kept to build another one.
+struct ManagerParams {
+    client: Client,
+    lease_name: String,
+    namespace: String,
+    identity: String,
+    timing: Timing,
+}
+
+impl ManagerParams {
+    async fn build(&self) -> Result<LeaseManager, kube_lease_manager::LeaseManagerError> {
+        LeaseManagerBuilder::new(self.client.clone(), &self.lease_name)
+            .with_namespace(&self.namespace)
+            .with_identity(&self.identity)
+            .with_duration(self.timing.lease_secs)
+            .with_grace(self.timing.grace_secs)
+            .build()
+            .await
+    }
+}
+
+/// Between the confirm loop and the election task.
+#[derive(Clone)]
+struct Signals {
+    /// Read the Lease now (just elected).
+    wake: Arc<Notify>,
+    /// A read finished: the verdict may have changed.
+    changed: Arc<Notify>,
+    /// A follower found the Lease without a holder.
+    vacant: Arc<Notify>,
+}
+
+/// How one lease manager's run ended.
+enum Exit {
+    Release(ReleaseRequest),
+    Vacant,
+    ManagerStopped,
+}
+
+/// How long the lease manager may take to clear the Lease on shutdown.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Runs lease managers one after another: a new one when a follower finds
+/// the Lease vacant (the old one would sleep until the previous holder's
+/// expiry), none after a release.
+async fn elect(
+    params: ManagerParams,
+    first: LeaseManager,
+    leadership: Leadership,
+    metrics: Arc<Metrics>,
+    signals: Signals,
+    confirmer: JoinHandle<()>,
+    mut release: oneshot::Receiver<ReleaseRequest>,
+) {
+    let identity = params.identity.as_str();
+    let mut manager = Some(first);
+    loop {
+        let m = match manager.take() {
+            Some(m) => m,
+            None => match params.build().await {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot restart the lease manager; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            },
+        };
+        let (rx, task) = m.watch().await;
+        let exit = follow(rx, &leadership, &metrics, identity, &signals, &mut release).await;
+        // `follow` dropped the receiver: the manager's task clears the
+        // Lease if it holds it, and ends.
+        let ended = tokio::time::timeout(RELEASE_TIMEOUT, task).await;
+        match exit {
+            Exit::Release(done) => {
+                confirmer.abort();
+                metrics.leader.set(0);
+                match ended {
+                    Ok(Ok(Ok(_))) => tracing::info!(identity, "lease released"),
+                    Ok(Ok(Err(e))) => {
+                        tracing::warn!(identity, error = %e, "cannot release the lease; it expires on its own");
+                    }
+                    _ => tracing::warn!(
+                        identity,
+                        "lease release did not finish; it expires on its own"
+                    ),
+                }
+                let _ = done.send(());
+                return;
+            }
+            Exit::Vacant => {
+                tracing::info!(identity, "the Lease has no holder: competing for it now");
+            }
+            Exit::ManagerStopped => {
+                // The lease task ended: stop acting rather than guess.
+                confirmer.abort();
+                leadership.with_hold(|h| h.set_elected(false));
+                metrics.leader.set(0);
+                tracing::error!(identity, "lease manager stopped; acting as follower");
+                return;
+            }
+        }
+    }
 }
 
 struct LeaseReader {
@@ -403,21 +547,20 @@ impl LeaseReader {
 
 /// Reads the Lease back every `every` while elected (at once when `wake`d)
 /// and records what it showed.
-async fn confirm(
-    reader: LeaseReader,
-    leadership: Leadership,
-    every: Duration,
-    wake: Arc<Notify>,
-    changed: Arc<Notify>,
-) {
+async fn confirm(reader: LeaseReader, leadership: Leadership, every: Duration, signals: Signals) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            () = wake.notified() => {}
+            () = signals.wake.notified() => {}
         }
         if !leadership.with_hold(|h| h.elected()).unwrap_or(false) {
+            // A follower looks for a released Lease, which its lease
+            // manager would only notice at the old holder's expiry.
+            if let Ok(Seen::Other { holder: None }) = reader.read().await {
+                signals.vacant.notify_one();
+            }
             continue;
         }
         // Monotonic first, wall second: any gap makes the renewal look
@@ -433,7 +576,7 @@ async fn confirm(
                 leadership.with_hold(|h| h.failed(e.label()));
             }
         }
-        changed.notify_one();
+        signals.changed.notify_one();
     }
 }
 
@@ -441,18 +584,17 @@ async fn confirm(
 /// with the verdict, including the moment the deadline passes.
 async fn follow(
     mut rx: watch::Receiver<bool>,
-    leadership: Leadership,
-    metrics: Arc<Metrics>,
-    identity: String,
-    wake: Arc<Notify>,
-    changed: Arc<Notify>,
-    confirmer: JoinHandle<()>,
-) {
+    leadership: &Leadership,
+    metrics: &Metrics,
+    identity: &str,
+    signals: &Signals,
+    release: &mut oneshot::Receiver<ReleaseRequest>,
+) -> Exit {
     let elected = *rx.borrow_and_update();
     leadership.with_hold(|h| h.set_elected(elected));
     let mut shown = None;
     loop {
-        report(&leadership, &metrics, &identity, &mut shown);
+        report(leadership, metrics, identity, &mut shown);
         let expiry = leadership
             .with_hold(|h| h.valid_until())
             .flatten()
@@ -463,19 +605,25 @@ async fn follow(
                     let elected = *rx.borrow_and_update();
                     leadership.with_hold(|h| h.set_elected(elected));
                     if elected {
-                        wake.notify_one();
+                        signals.wake.notify_one();
                     }
                 }
-                Err(_) => {
-                    // The lease task ended: stop acting rather than guess.
-                    confirmer.abort();
-                    leadership.with_hold(|h| h.set_elected(false));
-                    metrics.leader.set(0);
-                    tracing::error!(identity = %identity, "lease manager stopped; acting as follower");
-                    return;
-                }
+                Err(_) => return Exit::ManagerStopped,
             },
-            () = changed.notified() => {}
+            r = &mut *release => match r {
+                Ok(done) => {
+                    leadership.with_hold(|h| h.set_elected(false));
+                    return Exit::Release(done);
+                }
+                // Every Leadership handle is gone: nothing can act anyway.
+                Err(_) => return Exit::ManagerStopped,
+            },
+            () = signals.vacant.notified() => {
+                if !leadership.with_hold(|h| h.elected()).unwrap_or(true) {
+                    return Exit::Vacant;
+                }
+            }
+            () = signals.changed.notified() => {}
             () = sleep_until(expiry) => {}
         }
     }
@@ -700,7 +848,7 @@ mod tests {
 
     #[test]
     fn elected_leadership_starts_as_follower() {
-        let l = Leadership::elected(500 * MS);
+        let l = Leadership::elected(500 * MS, oneshot::channel().0);
         assert!(!l.is_leader());
         l.with_hold(|h| h.set_elected(true));
         assert_eq!(l.verdict(Instant::now()).label(), "unconfirmed");

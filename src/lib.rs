@@ -27,3 +27,19 @@ pub mod telemetry;
 pub mod tls;
 pub mod view;
 pub mod watch;
+
+/// Sent on every request to the apiserver, Prometheus and Alertmanager, so
+/// their logs, audit events and `managedFields` name remedy and its version.
+pub const USER_AGENT: &str = concat!("remedy/", env!("CARGO_PKG_VERSION"));
+
+/// The in-cluster or kubeconfig client, identified by [`USER_AGENT`].
+pub async fn kube_client() -> Result<kube::Client, kube::Error> {
+    let mut cfg = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    cfg.headers.push((
+        axum::http::header::USER_AGENT,
+        axum::http::HeaderValue::from_static(USER_AGENT),
+    ));
+    kube::Client::try_from(cfg)
+}

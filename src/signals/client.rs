@@ -66,7 +66,7 @@ impl SourceHttp {
         let mut b = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
-            .user_agent(concat!("remedy/", env!("CARGO_PKG_VERSION")))
+            .user_agent(crate::USER_AGENT)
             .default_headers(headers);
         if let Some(ca) = &settings.ca_file {
             let pem = std::fs::read(ca).map_err(|e| credential(target, ca, &e.to_string()))?;

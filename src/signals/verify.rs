@@ -990,6 +990,63 @@ mod tests {
         assert_eq!(prom_float("x").expect_err("bad").label(), "malformed");
     }
 
+    /// A loopback HTTP stub answering `body` to every request; returns its
+    /// URL and the User-Agent header of each request it saw.
+    async fn stub(body: &'static str) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let ua = String::from_utf8_lossy(&head)
+                    .lines()
+                    .find_map(|l| {
+                        l.split_once(':')
+                            .filter(|(k, _)| k.eq_ignore_ascii_case("user-agent"))
+                            .map(|(_, v)| v.trim().to_string())
+                    })
+                    .unwrap_or_default();
+                record.lock().expect("lock").push(ua);
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(reply.as_bytes()).await;
+            }
+        });
+        (url, seen)
+    }
+
+    #[tokio::test]
+    async fn prometheus_and_alertmanager_requests_name_remedy_and_its_version() {
+        let (prom, prom_seen) =
+            stub(r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#).await;
+        let (am, am_seen) = stub("[]").await;
+        let cfg = SignalsConfig {
+            prometheus_url: Some(prom),
+            alertmanager_url: Some(am),
+            ..SignalsConfig::default()
+        };
+        let v = Verifier::new(&cfg, Arc::new(Metrics::new(1))).expect("verifier");
+        assert_eq!(v.query_scalar("vector(1)").await.expect("query"), None);
+        assert!(v.am_alerts(&[]).await.expect("alerts").is_empty());
+        let want = format!("remedy/{}", env!("CARGO_PKG_VERSION"));
+        assert_eq!(*prom_seen.lock().expect("lock"), vec![want.clone()]);
+        assert_eq!(*am_seen.lock().expect("lock"), vec![want]);
+    }
+
     #[tokio::test]
     async fn no_prometheus_means_no_proof() {
         let cfg = SignalsConfig::default();

@@ -251,3 +251,50 @@ async fn a_leader_cut_off_from_the_apiserver_steps_down_in_time_and_writes_nothi
     );
     assert_released_once_each(&released_events(&client, &ns).await);
 }
+
+/// SIGTERM to the leader hands the Lease over (issue #12, point 9): with a
+/// 15 s lease the other instance leads within a few seconds (it reads the
+/// Lease every 1.5 s and competes as soon as it is vacant), not after the
+/// lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_leader_releases_the_lease_and_the_other_leads_at_once() {
+    const LONG: u64 = 15;
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "release").await;
+    let config = format!(
+        "namespaces: [{ns}]\nprofiles: [openstack-machine]\ntick: 250ms\n\
+         leader_election: {{enabled: true, lease_name: remedy-release-test, namespace: {ns}, lease_duration: {LONG}s}}\n"
+    );
+    let mut a = Remedy::serve(cluster, &config);
+    eventually(Duration::from_secs(30), "a leads", || async {
+        leads(&a).await.filter(|l| *l)
+    })
+    .await;
+    let b = Remedy::serve(cluster, &config);
+    b.wait_ready().await;
+    // b has settled as a follower (its lease manager sleeps until a's expiry).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(leads(&b).await, Some(false));
+
+    let t = Instant::now();
+    a.terminate();
+    eventually(Duration::from_secs(LONG + 10), "b leads", || async {
+        leads(&b).await.filter(|l| *l)
+    })
+    .await;
+    let took = t.elapsed();
+    eventually(Duration::from_secs(10), "a exits", || {
+        let done = a.exited();
+        async move { done.then_some(()) }
+    })
+    .await;
+    let log = a.log_tail();
+    eprintln!("lease handover after SIGTERM: b leads {took:.2?} after the signal");
+    assert!(
+        took < Duration::from_secs(5),
+        "b took {took:.1?} (lease {LONG}s): the lease was not released\n{log}\n{}",
+        b.log_tail()
+    );
+    assert!(log.contains("lease released"), "{log}");
+}

@@ -95,12 +95,20 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
     // What remedy needs, per built-in profile.
     for p in builtins() {
         let res = p.plural();
-        for verb in ["get", "list", "watch", "patch"] {
+        for verb in ["get", "list", "watch"] {
             assert!(
                 can_i(&sa, verb, &p.group, &res, "", Some(&ns), None).await,
                 "{verb} {res}"
             );
         }
+        // Patch on the main resource only where remedy writes metadata
+        // there: a pause (hold) or a skip-remediation annotation.
+        let writes_meta = p.hold.is_some() || p.remediation.skip_remediation_annotation.is_some();
+        assert_eq!(
+            can_i(&sa, "patch", &p.group, &res, "", Some(&ns), None).await,
+            writes_meta,
+            "patch {res} (remedy writes its metadata: {writes_meta})"
+        );
         assert!(
             can_i(&sa, "patch", &p.group, &res, "status", Some(&ns), None).await,
             "patch {res}/status"

@@ -264,7 +264,7 @@ async fn a_watch_expired_mid_release_relists_and_loses_or_doubles_nothing() {
 
 /// An OpenStackMachine held by remedy (breaker hold), healthy again, so
 /// remedy releases it as the budget allows.
-fn held_osm(name: &str, crashes: usize) -> DynamicObject {
+pub fn held_osm(name: &str, crashes: usize) -> DynamicObject {
     let mut o = sample("capo-openstackmachine-error.yaml");
     o.metadata.name = Some(name.to_string());
     let record = json!({"since": "2020-01-01T00:00:00Z", "reason": "breaker", "crash_count": 1});

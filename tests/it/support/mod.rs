@@ -299,6 +299,16 @@ impl Remedy {
         self.signal("-CONT");
     }
 
+    /// SIGTERM, what Kubernetes sends on pod stop; returns at once.
+    pub fn terminate(&self) {
+        self.signal("-TERM");
+    }
+
+    /// Whether the process has exited (after [`Remedy::terminate`]).
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     fn signal(&self, sig: &str) {
         let status = Command::new("kill")
             .args([sig, &self.child.id().to_string()])

@@ -10,6 +10,8 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -101,6 +103,122 @@ pub async fn in_front_of(kubeconfig: &Path, dir: &Path) -> (Proxy, PathBuf) {
     let path = dir.join("kubeconfig-via-proxy");
     std::fs::write(&path, serde_yaml_ng::to_string(&doc).expect("yaml")).expect("write kubeconfig");
     (proxy, path)
+}
+
+/// A forwarder that lets `threshold` bytes through from the server, then
+/// holds the rest of every response (the client sits mid-response, its
+/// connection open) until [`Valve::open`]: a slow reader, frozen at a chosen
+/// point of a large list, e.g. after its first page.
+pub struct Valve {
+    pub addr: SocketAddr,
+    /// Bytes sent from the server to the client so far.
+    pub sent: Arc<AtomicU64>,
+    opened: watch::Sender<bool>,
+    accept: JoinHandle<()>,
+}
+
+impl Valve {
+    pub async fn start(upstream: SocketAddr, threshold: u64) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind valve");
+        let addr = listener.local_addr().expect("valve addr");
+        let (opened, _) = watch::channel(false);
+        let sent = Arc::new(AtomicU64::new(0));
+        let accept = tokio::spawn({
+            let (opened, sent) = (opened.clone(), sent.clone());
+            async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    tokio::spawn(valve_forward(
+                        client,
+                        upstream,
+                        threshold,
+                        sent.clone(),
+                        opened.subscribe(),
+                    ));
+                }
+            }
+        });
+        Self {
+            addr,
+            sent,
+            opened,
+            accept,
+        }
+    }
+
+    pub fn open(&self) {
+        self.opened.send_replace(true);
+    }
+}
+
+impl Drop for Valve {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn valve_forward(
+    client: TcpStream,
+    upstream: SocketAddr,
+    threshold: u64,
+    sent: Arc<AtomicU64>,
+    mut opened: watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let (mut cr, mut cw) = client.into_split();
+    let (mut sr, mut sw) = server.into_split();
+    let up = tokio::io::copy(&mut cr, &mut sw);
+    let down = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match sr.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if sent.load(Ordering::SeqCst) >= threshold {
+                let _ = opened.wait_for(|o| *o).await;
+            }
+            sent.fetch_add(n as u64, Ordering::SeqCst);
+            if cw.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = up => {}
+        () = down => {}
+    }
+}
+
+/// Rewrites `kubeconfig` into `dir` with the server's port replaced by
+/// `port` (a forwarder on the same host); returns the new file.
+pub fn kubeconfig_via(kubeconfig: &Path, dir: &Path, name: &str, port: u16) -> PathBuf {
+    let text = std::fs::read_to_string(kubeconfig).expect("read kubeconfig");
+    let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("kubeconfig yaml");
+    let clusters = doc["clusters"].as_sequence_mut().expect("clusters");
+    let server = clusters[0]["cluster"]["server"]
+        .as_str()
+        .expect("server")
+        .to_string();
+    let (scheme, rest) = server.split_once("://").expect("server URL");
+    let upstream: SocketAddr = rest.trim_end_matches('/').parse().expect("IP:port");
+    clusters[0]["cluster"]["server"] = format!("{scheme}://{}:{port}", upstream.ip()).into();
+    let path = dir.join(name);
+    std::fs::write(&path, serde_yaml_ng::to_string(&doc).expect("yaml")).expect("write kubeconfig");
+    path
+}
+
+/// The apiserver address in `kubeconfig`.
+pub fn upstream_of(kubeconfig: &Path) -> SocketAddr {
+    let text = std::fs::read_to_string(kubeconfig).expect("read kubeconfig");
+    let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("kubeconfig yaml");
+    let server = doc["clusters"][0]["cluster"]["server"]
+        .as_str()
+        .expect("server");
+    let (_, rest) = server.split_once("://").expect("server URL");
+    rest.trim_end_matches('/').parse().expect("IP:port")
 }
 
 #[tokio::test]
