@@ -205,9 +205,23 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     let status_engine = engine.clone();
     let mut app = server::router(Http { metrics, readiness }).route(
         "/status",
-        get(move || {
+        get(move |q: axum::extract::Query<StatusQuery>| {
             let e = status_engine.clone();
-            async move { Json(e.report()) }
+            async move {
+                use axum::response::IntoResponse;
+                match q.limit.unwrap_or(crate::engine::STATUS_LIMIT) {
+                    n if n == 0 || n > crate::engine::STATUS_MAX_LIMIT => (
+                        axum::http::StatusCode::BAD_REQUEST,
+                        format!(
+                            "limit must be 1..={} (default {})\n",
+                            crate::engine::STATUS_MAX_LIMIT,
+                            crate::engine::STATUS_LIMIT
+                        ),
+                    )
+                        .into_response(),
+                    n => Json(e.report_limited(n)).into_response(),
+                }
+            }
         }),
     );
     if let Some(w) = webhook_router {
@@ -223,6 +237,12 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
             .await
             .map_err(ServeError::Http),
     }
+}
+
+/// `GET /status?limit=N`: at most N entries per list.
+#[derive(serde::Deserialize)]
+struct StatusQuery {
+    limit: Option<usize>,
 }
 
 /// Re-reads the certificate files now and then: a renewed Secret is served

@@ -42,6 +42,50 @@ pub struct StatusReport {
     pub pending: Vec<String>,
     pub waiting: BTreeMap<String, String>,
     pub episodes: Vec<Episode>,
+    /// Full sizes of the lists above, which hold at most `limit` entries
+    /// each (GET /status?limit=N); metrics have the complete counts.
+    #[serde(default)]
+    pub totals: BTreeMap<String, usize>,
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+/// Entries per list in /status unless `?limit=` says otherwise, and the
+/// most it may say: a 100k-resource fleet must not make a 10 MB answer.
+pub const STATUS_LIMIT: usize = 500;
+pub const STATUS_MAX_LIMIT: usize = 10_000;
+
+impl StatusReport {
+    /// A copy with every list cut to `limit` entries (in their sorted order)
+    /// and the full sizes in `totals`.
+    pub fn limited(&self, limit: usize) -> Self {
+        let totals: BTreeMap<String, usize> = [
+            ("held", self.held.len()),
+            ("pending", self.pending.len()),
+            ("waiting", self.waiting.len()),
+            ("episodes", self.episodes.len()),
+        ]
+        .into_iter()
+        .map(|(k, n)| (k.to_string(), n))
+        .collect();
+        Self {
+            leader: self.leader,
+            dry_run: self.dry_run,
+            breaker_open: self.breaker_open,
+            budget_tokens: self.budget_tokens,
+            held: self.held.iter().take(limit).cloned().collect(),
+            pending: self.pending.iter().take(limit).cloned().collect(),
+            waiting: self
+                .waiting
+                .iter()
+                .take(limit)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            episodes: self.episodes.iter().take(limit).cloned().collect(),
+            truncated: totals.values().any(|&n| n > limit),
+            totals,
+        }
+    }
 }
 
 struct State {
@@ -702,6 +746,8 @@ impl Engine {
             pending: self.pending.keys(),
             waiting,
             episodes: st.episodes.map().values().cloned().collect(),
+            totals: BTreeMap::new(),
+            truncated: false,
         };
     }
 
@@ -799,6 +845,14 @@ impl Engine {
         self.state
             .lock()
             .map(|s| s.report.clone())
+            .unwrap_or_default()
+    }
+
+    /// The report as /status serves it: at most `limit` entries a list.
+    pub fn report_limited(&self, limit: usize) -> StatusReport {
+        self.state
+            .lock()
+            .map(|s| s.report.limited(limit))
             .unwrap_or_default()
     }
 
@@ -1313,6 +1367,24 @@ mod tests {
             e.report().episodes.is_empty(),
             "a failed query creates nothing"
         );
+    }
+
+    #[test]
+    fn status_lists_are_cut_to_the_limit_with_their_totals() {
+        let r = StatusReport {
+            held: (0..5).map(|i| format!("h{i}")).collect(),
+            waiting: (0..3)
+                .map(|i| (format!("w{i}"), "budget".to_string()))
+                .collect(),
+            ..StatusReport::default()
+        };
+        let l = r.limited(2);
+        assert_eq!(l.held, vec!["h0", "h1"]);
+        assert_eq!(l.waiting.len(), 2);
+        assert_eq!(l.totals["held"], 5);
+        assert_eq!(l.totals["waiting"], 3);
+        assert!(l.truncated);
+        assert!(!r.limited(5).truncated);
     }
 
     #[test]

@@ -83,6 +83,19 @@ async fn breaker_holds_failing_resources_then_releases_them_gradually() {
         "{}",
         remedy.log_tail()
     );
+    // /status is bounded: at most `limit` entries a list, with the totals.
+    // (The report is rebuilt each tick: wait for it to show the holds.)
+    let status = eventually(Duration::from_secs(10), "held in /status", || async {
+        let (code, body) = remedy.get("/status?limit=2").await?;
+        assert_eq!(code, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+        (v["totals"]["held"] == 5).then_some(v)
+    })
+    .await;
+    assert_eq!(status["held"].as_array().map(Vec::len), Some(2), "{status}");
+    assert_eq!(status["truncated"], true);
+    let (code, _) = remedy.get("/status?limit=0").await.expect("status");
+    assert_eq!(code, 400);
     let all = machines(&api).await;
     let osm9 = all
         .iter()
