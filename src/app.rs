@@ -94,6 +94,7 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     let tls_config = cfg.tls.as_ref().map(tls::load).transpose()?;
     let metrics = Arc::new(Metrics::new(cfg.max_resource_series));
     if let Some(t) = &tls_config {
+        metrics.tls_expiry.set(t.certs.not_after().unwrap_or(0));
         tokio::spawn(reload_certificates(t.certs.clone(), metrics.clone()));
     }
     let store = Arc::new(Store::new(
@@ -256,6 +257,7 @@ async fn reload_certificates(certs: Arc<tls::CertStore>, metrics: Arc<Metrics>) 
             Ok(false) => continue,
             Ok(true) => {
                 tracing::info!("TLS certificate reloaded");
+                metrics.tls_expiry.set(certs.not_after().unwrap_or(0));
                 "reloaded"
             }
             Err(e) => {

@@ -228,6 +228,7 @@ pub struct Metrics {
     pub ready: Gauge,
     pub pending_actions: Gauge,
     pub tls_reloads: Family<ResultLabels, Counter>,
+    pub tls_expiry: Gauge,
     pub episodes_refused: Family<EpisodeLabels, Counter>,
     max_resource_series: usize,
     /// Per-resource series: crash count and backoff delay.
@@ -260,6 +261,7 @@ impl Metrics {
             ready: Gauge::default(),
             pending_actions: Gauge::default(),
             tls_reloads: Family::default(),
+            tls_expiry: Gauge::default(),
             episodes_refused: Family::default(),
             max_resource_series,
             tracked: RwLock::default(),
@@ -367,6 +369,12 @@ impl Metrics {
             "remedy_tls_reloads",
             "Re-reads of the TLS certificate files that loaded a new pair (reloaded) or failed (error)",
             m.tls_reloads.clone(),
+        );
+        r.register_with_unit(
+            "remedy_tls_certificate_expiry",
+            "Unix time the served TLS certificate expires (0: plain HTTP)",
+            Unit::Seconds,
+            m.tls_expiry.clone(),
         );
         r.register(
             "remedy_episodes_refused",

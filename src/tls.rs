@@ -141,18 +141,29 @@ fn parse_pair(
             e,
         )
     })?;
+    let not_after = not_after(&certs[0]);
     // Also checks that the key belongs to the leaf certificate.
     let key = CertifiedKey::from_der(certs, key, provider).map_err(TlsError::Rejected)?;
     Ok(Loaded {
         key: Arc::new(key),
         digest,
+        not_after,
     })
+}
+
+/// The leaf's notAfter as Unix seconds; `None` if it does not parse (rustls
+/// accepted it, so it is served anyway; the expiry metric then says 0).
+fn not_after(leaf: &CertificateDer<'_>) -> Option<i64> {
+    x509_parser::parse_x509_certificate(leaf.as_ref())
+        .ok()
+        .map(|(_, c)| c.validity().not_after.timestamp())
 }
 
 struct Loaded {
     key: Arc<CertifiedKey>,
     /// Of the file contents, to see a renewal without keeping the key twice.
     digest: u64,
+    not_after: Option<i64>,
 }
 
 /// The certificate being served, re-read from its files by [`reload`]
@@ -190,6 +201,14 @@ impl CertStore {
         let loaded = parse_pair(&self.cfg, &self.provider, files)?;
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = loaded;
         Ok(true)
+    }
+
+    /// When the served certificate expires (Unix seconds).
+    pub fn not_after(&self) -> Option<i64> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .not_after
     }
 
     /// The leaf certificate being served (DER).
@@ -329,6 +348,22 @@ mod tests {
         let tls = load(&c).expect("valid pair");
         assert_eq!(tls.config.alpn_protocols, vec![b"http/1.1".to_vec()]);
         assert_eq!(tls.certs.leaf(), ck.cert.der().to_vec());
+    }
+
+    #[test]
+    fn the_served_certificates_expiry_is_known() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = cfg(dir.path());
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+        params.not_after = rcgen::date_time_ymd(2030, 6, 1);
+        let cert = params.self_signed(&key).expect("cert");
+        std::fs::write(&c.cert_file, cert.pem()).expect("write");
+        std::fs::write(&c.key_file, key.serialize_pem()).expect("write");
+        let tls = load(&c).expect("valid pair");
+        // 2030-06-01T00:00:00Z
+        assert_eq!(tls.certs.not_after(), Some(1_906_502_400));
     }
 
     #[test]

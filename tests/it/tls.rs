@@ -419,6 +419,19 @@ async fn the_tls_environment_variables_turn_on_https() {
     })
     .await;
     assert_no_plain_http(port).await;
+    // The served certificate's expiry is exported (rcgen's default
+    // notAfter, 4096-01-01, is far in the future).
+    let metrics = client
+        .get(format!("https://localhost:{port}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let expiry = crate::support::sample(&metrics, "remedy_tls_certificate_expiry_seconds")
+        .expect("expiry metric");
+    assert_eq!(expiry, 67_090_118_400.0, "4096-01-01T00:00:00Z");
 }
 
 struct KillOnDrop(std::process::Child);
