@@ -226,6 +226,80 @@ for e in errors:
 sys.exit(1 if errors else 0)
 PY
 
+# Events only where remedy watches: one events RoleBinding per namespace of
+# the overlay's config, and its config otherwise the base's.
+check "standalone-namespaced: an events RoleBinding per configured namespace" \
+  "$PYTHON" - "$render_dir/deploy_overlays_standalone-namespaced.yaml" \
+  deploy/base/config.yaml deploy/overlays/standalone-namespaced/config.yaml <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+base, mine = (yaml.safe_load(open(p)) for p in sys.argv[2:4])
+errors = []
+want = set(mine["namespaces"])
+if not want:
+    errors.append("namespaces: is empty (all): use the base's cluster-wide events rule")
+got = {d["metadata"]["namespace"] for d in docs if d["kind"] == "RoleBinding"
+       and d["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "remedy-events"}}
+if got != want:
+    errors.append(f"events RoleBindings in {sorted(got)}, config namespaces {sorted(want)}")
+for d in docs:
+    if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "remedy":
+        if any("events" in r.get("resources", []) for r in d["rules"]):
+            errors.append("ClusterRole remedy still grants events cluster-wide")
+if {k: v for k, v in base.items() if k != "namespaces"} != {k: v for k, v in mine.items() if k != "namespaces"}:
+    errors.append("overlays/standalone-namespaced/config.yaml differs from the base's beyond namespaces:")
+for e in errors:
+    print(e)
+sys.exit(1 if errors else 0)
+PY
+
+# The admission policy must let remedy write what the built-in profiles
+# write: their pause annotations and the status fields they clear or reset.
+REMEDY_BIN=${REMEDY:-target/debug/remedy}
+if [[ -x $REMEDY_BIN ]]; then
+  check "admission policy covers the built-in profiles' pause keys and status fields" \
+    "$PYTHON" - deploy/components/admission-policy/policy.yaml <("$REMEDY_BIN" profiles) <<'PY'
+import ast, sys, yaml
+profiles = yaml.safe_load(open(sys.argv[2]))
+if isinstance(profiles, dict):
+    profiles = profiles.get("profiles", list(profiles.values()))
+policy = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "ValidatingAdmissionPolicy")
+var = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+# The lists are CEL list/map literals of strings and ints, which Python reads too.
+pause = set(ast.literal_eval(var["pauseAnnotations"]))
+clearable = set(ast.literal_eval(var["clearableStatus"]))
+resettable = ast.literal_eval(var["resettableStatus"])
+nested = {"/status/deprecated/v1beta1/failureReason", "/status/deprecated/v1beta1/failureMessage"}
+skip = ast.literal_eval(var["skipKey"])
+errors = []
+for p in profiles:
+    hold = p.get("hold") or {}
+    if hold.get("annotation") and hold["annotation"] not in pause:
+        errors.append(f"{p['name']}: pause annotation {hold['annotation']} not in pauseAnnotations")
+    if hold.get("field") and not (hold["field"] == "/spec/paused" and p["kind"] == "Cluster"):
+        errors.append(f"{p['name']}: hold field {hold['field']}: the policy allows only Cluster /spec/paused")
+    rem = p.get("remediation") or {}
+    s = rem.get("skip_remediation_annotation")
+    if s and s != skip:
+        errors.append(f"{p['name']}: skip-remediation {s} is not skipKey {skip}")
+    for path in rem.get("clear_status", []):
+        top = path.split("/")[2]
+        if path not in nested and not (path.count("/") == 2 and top in clearable):
+            errors.append(f"{p['name']}: clear_status {path} not allowed by the policy")
+    for r in rem.get("reset_status", []):
+        top = r["path"].split("/")[2]
+        if r["path"].count("/") != 2 or resettable.get(top) != r["value"]:
+            errors.append(f"{p['name']}: reset_status {r} not in resettableStatus")
+if len(profiles) < 6:
+    errors.append(f"only {len(profiles)} profiles read from `remedy profiles`")
+for e in errors:
+    print(e)
+sys.exit(1 if errors else 0)
+PY
+else
+  echo "skip admission policy vs profiles (build target/debug/remedy or set REMEDY)"
+fi
+
 # Optional: validate both config.yaml files with the real binary when one is
 # given (REMEDY=target/debug/remedy scripts/check-ops.sh); off by default so
 # these checks need no Rust build.

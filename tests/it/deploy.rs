@@ -10,7 +10,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::Discovery;
 use std::process::Command;
 
-fn render(overlay: &str) -> Vec<DynamicObject> {
+pub fn render(overlay: &str) -> Vec<DynamicObject> {
     let out = Command::new("kubectl")
         .args(["kustomize", overlay])
         .current_dir(repo())
@@ -40,6 +40,7 @@ async fn every_overlay_passes_a_server_side_dry_run() {
     for overlay in [
         "deploy/overlays/standalone",
         "deploy/overlays/standalone-tls",
+        "deploy/overlays/standalone-namespaced",
         "deploy/overlays/sidecar",
     ] {
         let objects = render(overlay);

@@ -1,6 +1,7 @@
 //! Integration tests against a real kube-apiserver + etcd (`testenv/`), one
 //! test binary so the cluster is started once and every helper is used.
 
+mod admission;
 mod alert_loop;
 mod cli;
 mod crds;
@@ -8,6 +9,7 @@ mod crossplane;
 mod deploy;
 mod episode_recovery;
 mod episodes;
+mod events_rbac;
 mod initial_list;
 mod kube_watch;
 mod leader;
