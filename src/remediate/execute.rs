@@ -23,7 +23,7 @@ const MAX_CONFLICTS: u32 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
-    #[error("{key}: forbidden by RBAC: {source}")]
+    #[error("{key}: forbidden (RBAC or an admission policy): {source}")]
     Forbidden {
         key: ResourceKey,
         #[source]
