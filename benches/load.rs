@@ -1,8 +1,8 @@
 //! `cargo bench --bench load`: the figures docs/reliability.md reports.
 //!
 //! 1. Webhook load: 1,000 Alertmanager notifications/s for 10 s against the
-//!    real router (webhook + /metrics + probes) served by `axum::serve` on
-//!    127.0.0.1:0, then the same over the TLS listener (`remedy::tls`).
+//!    real router (webhook + /metrics + probes) served by `server::serve`
+//!    (remedy's listener, default limits) on 127.0.0.1:0, plain then TLS.
 //! 2. Memory: 100,000 real-shaped Machines / OpenStackMachines fed through
 //!    the watcher's event handling into `Store::apply`; RSS growth per object
 //!    and time per apply. Each fleet runs in a child process of its own, so
@@ -17,6 +17,7 @@ use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use remedy::backoff::BackoffPolicy;
 use remedy::classify::{Classifier, default_rules};
+use remedy::config::HttpConfig;
 use remedy::metrics::Metrics;
 use remedy::profile::builtin;
 use remedy::server::{self, Http, Readiness};
@@ -185,6 +186,7 @@ fn webhook_load(tls: Option<&Tls>) -> BenchResult<LoadFigures> {
         Arc::new(Mutex::new(Dedupe::new(DEDUPE_CAPACITY))),
         metrics.clone(),
     );
+    let listener_metrics = metrics.clone();
     let app = server::router(Http {
         metrics,
         readiness: Arc::new(AlwaysReady),
@@ -195,16 +197,14 @@ fn webhook_load(tls: Option<&Tls>) -> BenchResult<LoadFigures> {
         .block_on(async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
             let addr = listener.local_addr()?;
-            match tls_config {
-                Some(c) => {
-                    tokio::spawn(remedy::tls::serve(listener, c, app, std::future::pending()));
-                }
-                None => {
-                    tokio::spawn(async move {
-                        let _ = axum::serve(listener, app).await;
-                    });
-                }
-            }
+            tokio::spawn(server::serve(
+                listener,
+                tls_config,
+                app,
+                HttpConfig::default(),
+                listener_metrics,
+                std::future::pending(),
+            ));
             // The engine's side of the queue: drain it as fast as it fills.
             let consumer = Arc::new(AtomicUsize::new(0));
             let count = consumer.clone();
@@ -599,9 +599,14 @@ fn metrics_encode(metrics: &Arc<Metrics>) -> BenchResult<()> {
             .await
             .map_err(err)?;
         let addr: SocketAddr = listener.local_addr().map_err(err)?;
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        tokio::spawn(server::serve(
+            listener,
+            None,
+            app,
+            HttpConfig::default(),
+            Arc::new(Metrics::new(10)),
+            std::future::pending(),
+        ));
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .build()
@@ -693,10 +698,10 @@ fn run() -> BenchResult<()> {
         "listener", "sent", "ok", "err", "rate/s", "p50", "p99", "max", "send lag"
     );
     let plain = webhook_load(None)?;
-    print_load("http (axum::serve)", &plain);
+    print_load("http (server::serve)", &plain);
     let tls = self_signed()?;
     let over_tls = webhook_load(Some(&tls))?;
-    print_load("https (remedy::tls::serve)", &over_tls);
+    print_load("https (server::serve, TLS)", &over_tls);
     for (name, f) in [("http", &plain), ("https", &over_tls)] {
         let want = f.ok * ALERTS_PER_REQUEST;
         println!(

@@ -31,8 +31,6 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
-    #[error("HTTP server failed: {0}")]
-    Http(#[source] std::io::Error),
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
     #[error("signals: {0}")]
@@ -46,7 +44,6 @@ impl ServeError {
         match self {
             Self::Kube(_) => "kube",
             Self::Listen { .. } => "listen",
-            Self::Http(_) => "http",
             Self::Tls(e) => e.label(),
             Self::Signals(e) => e.label(),
             Self::Leader(e) => e.label(),
@@ -94,7 +91,11 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     let tls_config = cfg.tls.as_ref().map(tls::load).transpose()?;
     let metrics = Arc::new(Metrics::new(cfg.max_resource_series));
     if let Some(t) = &tls_config {
-        tokio::spawn(reload_certificates(t.certs.clone(), metrics.clone()));
+        tokio::spawn(reload_certificates(
+            t.certs.clone(),
+            metrics.clone(),
+            cfg.reload_interval,
+        ));
     }
     let store = Arc::new(Store::new(
         v.profiles.clone(),
@@ -200,7 +201,11 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         }
     });
     let status_engine = engine.clone();
-    let mut app = server::router(Http { metrics, readiness }).route(
+    let mut app = server::router(Http {
+        metrics: metrics.clone(),
+        readiness,
+    })
+    .route(
         "/status",
         get(move || {
             let e = status_engine.clone();
@@ -210,22 +215,26 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     if let Some(w) = webhook_router {
         app = app.merge(w);
     }
-    match tls_config {
-        Some(t) => {
-            tls::serve(listener, t.config, app, shutdown()).await;
-            Ok(())
-        }
-        None => axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown())
-            .await
-            .map_err(ServeError::Http),
-    }
+    server::serve(
+        listener,
+        tls_config.map(|t| t.config),
+        app,
+        cfg.http.clone(),
+        metrics,
+        shutdown(),
+    )
+    .await;
+    Ok(())
 }
 
 /// Re-reads the certificate files now and then: a renewed Secret is served
 /// without a restart, well before the old certificate expires.
-async fn reload_certificates(certs: Arc<tls::CertStore>, metrics: Arc<Metrics>) {
-    let mut every = tokio::time::interval(tls::RELOAD_INTERVAL);
+async fn reload_certificates(
+    certs: Arc<tls::CertStore>,
+    metrics: Arc<Metrics>,
+    period: std::time::Duration,
+) {
+    let mut every = tokio::time::interval(period);
     every.tick().await;
     loop {
         every.tick().await;

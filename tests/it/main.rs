@@ -7,6 +7,7 @@ mod deploy;
 mod episode_recovery;
 mod kube_watch;
 mod leader;
+mod listener;
 mod provider_rules;
 mod rbac;
 mod remediate;
