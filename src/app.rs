@@ -10,13 +10,14 @@ use crate::server::{self, Http, Readiness};
 use crate::signals::SignalError;
 use crate::signals::dedupe::Dedupe;
 use crate::signals::verify::{SignalHealth, Verifier};
-use crate::signals::webhook::{self, WebhookState};
+use crate::signals::webhook::{self, TokenStore, WebhookState};
 use crate::store::Store;
 use crate::tls::{self, TlsError};
 use crate::watch;
 use axum::Json;
 use axum::routing::get;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Fingerprints remembered for deduplication.
 const DEDUPE_CAPACITY: usize = 100_000;
@@ -113,13 +114,22 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     let signal_health = verifier.as_ref().map(|v| v.health());
     let (tx, rx) = tokio::sync::mpsc::channel(cfg.webhook.queue);
     let webhook_router = match cfg.webhook.token_file {
-        Some(_) => Some(webhook::router(WebhookState::from_config(
-            &cfg.webhook,
-            &cfg.alerts,
-            tx,
-            Arc::new(Mutex::new(Dedupe::new(DEDUPE_CAPACITY))),
-            metrics.clone(),
-        )?)),
+        Some(_) => {
+            let state = WebhookState::from_config(
+                &cfg.webhook,
+                cfg.reload_interval,
+                &cfg.alerts,
+                tx,
+                Arc::new(Mutex::new(Dedupe::new(DEDUPE_CAPACITY))),
+                metrics.clone(),
+            )?;
+            tokio::spawn(reload_token(
+                state.tokens(),
+                metrics.clone(),
+                cfg.reload_interval,
+            ));
+            Some(webhook::router(state))
+        }
         None => {
             if !cfg.alerts.is_empty() {
                 tracing::warn!(
@@ -229,11 +239,7 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
 
 /// Re-reads the certificate files now and then: a renewed Secret is served
 /// without a restart, well before the old certificate expires.
-async fn reload_certificates(
-    certs: Arc<tls::CertStore>,
-    metrics: Arc<Metrics>,
-    period: std::time::Duration,
-) {
+async fn reload_certificates(certs: Arc<tls::CertStore>, metrics: Arc<Metrics>, period: Duration) {
     let mut every = tokio::time::interval(period);
     every.tick().await;
     loop {
@@ -252,6 +258,35 @@ async fn reload_certificates(
         };
         metrics
             .tls_reloads
+            .get_or_create(&crate::metrics::ResultLabels { result })
+            .inc();
+    }
+}
+
+/// Re-reads the webhook token file, as the certificate files are: a
+/// rotated Secret is followed without a restart (the previous token stays
+/// accepted for one period, see `TokenStore`).
+async fn reload_token(tokens: Arc<TokenStore>, metrics: Arc<Metrics>, period: Duration) {
+    let mut every = tokio::time::interval(period);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        let result = match tokens.reload() {
+            Ok(false) => continue,
+            Ok(true) => {
+                tracing::info!(
+                    "webhook token reloaded; the previous one is accepted for one more period"
+                );
+                "reloaded"
+            }
+            Err(e) => {
+                // Never the token itself: the error names the file only.
+                tracing::warn!(error = %e, label = e.label(), "cannot reload the webhook token; keeping the current one");
+                "error"
+            }
+        };
+        metrics
+            .token_reloads
             .get_or_create(&crate::metrics::ResultLabels { result })
             .inc();
     }

@@ -17,8 +17,9 @@ use axum::routing::post;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer};
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
@@ -290,8 +291,95 @@ pub fn load_token(path: &Path) -> Result<Arc<[u8]>, SignalError> {
     Ok(Arc::from(token))
 }
 
+/// The bearer tokens accepted: the current one and, for a grace period
+/// after a rotation, the one before it. Pure: the caller passes `now`.
+#[derive(Debug)]
+pub struct Tokens {
+    current: Arc<[u8]>,
+    previous: Option<(Arc<[u8]>, Instant)>,
+}
+
+impl Tokens {
+    pub fn new(current: Arc<[u8]>) -> Self {
+        Self {
+            current,
+            previous: None,
+        }
+    }
+
+    /// Makes `new` the current token; the replaced one stays accepted until
+    /// `now + grace`. `false` (and nothing changes) when `new` is current.
+    pub fn rotate(&mut self, new: Arc<[u8]>, now: Instant, grace: Duration) -> bool {
+        if new == self.current {
+            return false;
+        }
+        let old = std::mem::replace(&mut self.current, new);
+        self.previous = Some((old, now + grace));
+        true
+    }
+
+    /// Constant time over the bytes of each token; only lengths can leak.
+    pub fn accepts(&self, presented: &[u8], now: Instant) -> bool {
+        let current = bool::from(presented.ct_eq(&self.current));
+        let previous = self
+            .previous
+            .as_ref()
+            .is_some_and(|(t, until)| bool::from(presented.ct_eq(t)) && now < *until);
+        current | previous
+    }
+}
+
+/// The token file and the tokens read from it. Alertmanager's side reads
+/// the same Secret, so when the Secret rotates, remedy must follow without a
+/// restart: a 401 is not retried and the notification is lost (FACTS.md).
+#[derive(Debug)]
+pub struct TokenStore {
+    path: Option<PathBuf>,
+    /// How long a replaced token is still accepted: one reload period, so
+    /// an Alertmanager whose copy of the Secret lags behind keeps working.
+    grace: Duration,
+    tokens: RwLock<Tokens>,
+}
+
+impl TokenStore {
+    pub fn fixed(token: Arc<[u8]>) -> Self {
+        Self {
+            path: None,
+            grace: Duration::ZERO,
+            tokens: RwLock::new(Tokens::new(token)),
+        }
+    }
+
+    pub fn from_file(path: &Path, grace: Duration) -> Result<Self, SignalError> {
+        Ok(Self {
+            path: Some(path.to_path_buf()),
+            grace,
+            tokens: RwLock::new(Tokens::new(load_token(path)?)),
+        })
+    }
+
+    /// Re-reads the file: `Ok(true)` when the token changed. A file that
+    /// cannot be read or is invalid changes nothing (it may be mid-update).
+    pub fn reload(&self) -> Result<bool, SignalError> {
+        let Some(path) = &self.path else {
+            return Ok(false);
+        };
+        let token = load_token(path)?;
+        // Tokens has no panicking paths: a poisoned lock is consistent.
+        let mut t = self.tokens.write().unwrap_or_else(PoisonError::into_inner);
+        Ok(t.rotate(token, Instant::now(), self.grace))
+    }
+
+    fn accepts(&self, presented: &[u8]) -> bool {
+        self.tokens
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .accepts(presented, Instant::now())
+    }
+}
+
 pub struct WebhookState {
-    token: Arc<[u8]>,
+    tokens: Arc<TokenStore>,
     max_body_bytes: usize,
     alertnames: HashSet<String>,
     tx: mpsc::Sender<AlertEvent>,
@@ -308,8 +396,26 @@ impl WebhookState {
         dedupe: Arc<Mutex<Dedupe>>,
         metrics: Arc<Metrics>,
     ) -> Self {
+        Self::with_tokens(
+            Arc::new(TokenStore::fixed(token)),
+            max_body_bytes,
+            alertnames,
+            tx,
+            dedupe,
+            metrics,
+        )
+    }
+
+    pub fn with_tokens(
+        tokens: Arc<TokenStore>,
+        max_body_bytes: usize,
+        alertnames: impl IntoIterator<Item = String>,
+        tx: mpsc::Sender<AlertEvent>,
+        dedupe: Arc<Mutex<Dedupe>>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
-            token,
+            tokens,
             max_body_bytes,
             alertnames: alertnames.into_iter().collect(),
             tx,
@@ -319,9 +425,11 @@ impl WebhookState {
     }
 
     /// From config; fails when `webhook.token_file` is unset, since remedy
-    /// refuses unauthenticated writes.
+    /// refuses unauthenticated writes. A replaced token stays accepted for
+    /// `reload_interval`.
     pub fn from_config(
         cfg: &WebhookConfig,
+        reload_interval: Duration,
         alerts: &[AlertRule],
         tx: mpsc::Sender<AlertEvent>,
         dedupe: Arc<Mutex<Dedupe>>,
@@ -331,8 +439,8 @@ impl WebhookState {
             .token_file
             .as_deref()
             .ok_or(SignalError::NotConfigured("webhook.token_file"))?;
-        Ok(Self::new(
-            load_token(path)?,
+        Ok(Self::with_tokens(
+            Arc::new(TokenStore::from_file(path, reload_interval)?),
             cfg.max_body_bytes,
             alerts.iter().map(|a| a.alertname.clone()),
             tx,
@@ -351,9 +459,12 @@ impl WebhookState {
         let Some((scheme, token)) = value.split_once(' ') else {
             return false;
         };
-        // Constant time over the bytes; only the length can leak.
-        scheme.eq_ignore_ascii_case("bearer")
-            && bool::from(token.trim_start().as_bytes().ct_eq(&self.token))
+        scheme.eq_ignore_ascii_case("bearer") && self.tokens.accepts(token.trim_start().as_bytes())
+    }
+
+    /// The token store, for the reload loop.
+    pub fn tokens(&self) -> Arc<TokenStore> {
+        self.tokens.clone()
     }
 
     /// Forwards new events one by one. The dedupe lock is held throughout so
@@ -750,6 +861,42 @@ mod tests {
         std::fs::write(&p, "a b").expect("write");
         assert!(load_token(&p).is_err());
         assert!(load_token(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn a_rotated_token_is_accepted_with_the_old_one_for_the_grace_period() {
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(30);
+        let mut t = Tokens::new(Arc::from(&b"old"[..]));
+        assert!(t.accepts(b"old", t0));
+        assert!(!t.accepts(b"new", t0));
+        assert!(!t.rotate(Arc::from(&b"old"[..]), t0, grace), "unchanged");
+        assert!(t.rotate(Arc::from(&b"new"[..]), t0, grace));
+        assert!(t.accepts(b"new", t0));
+        assert!(t.accepts(b"old", t0 + grace - Duration::from_millis(1)));
+        assert!(!t.accepts(b"old", t0 + grace), "grace over");
+        assert!(t.accepts(b"new", t0 + grace * 100));
+        assert!(!t.accepts(b"ol", t0) && !t.accepts(b"", t0));
+        // Rotating again drops the first token at once.
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(t.rotate(Arc::from(&b"newer"[..]), t1, grace));
+        assert!(!t.accepts(b"old", t1));
+        assert!(t.accepts(b"new", t1) && t.accepts(b"newer", t1));
+    }
+
+    #[test]
+    fn token_store_reload_follows_the_file_and_keeps_the_token_on_a_bad_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("token");
+        std::fs::write(&p, "first\n").expect("write");
+        let store = TokenStore::from_file(&p, Duration::from_secs(60)).expect("store");
+        assert!(!store.reload().expect("unchanged"));
+        std::fs::write(&p, "second\n").expect("write");
+        assert!(store.reload().expect("rotated"));
+        assert!(store.accepts(b"second") && store.accepts(b"first"));
+        std::fs::write(&p, "\n").expect("write");
+        assert_eq!(store.reload().expect_err("empty").label(), "token");
+        assert!(store.accepts(b"second"), "a bad file changes nothing");
     }
 
     fn state(

@@ -17,5 +17,6 @@ mod stack;
 mod support;
 mod throttle;
 mod tls;
+mod token_rotation;
 mod watch_expiry;
 mod watch_restart;
