@@ -224,7 +224,9 @@ impl Engine {
         ep.verified_at = None;
         ep.from_prometheus = false;
         drop(st);
-        tracing::info!(alert = %ev.alertname, firing, matchers = ?scope.matchers, "alert episode updated");
+        // One per alert: thousands a second under load. The webhook logs a
+        // summary at INFO.
+        tracing::debug!(alert = %ev.alertname, firing, matchers = ?scope.matchers, "alert episode updated");
         if firing {
             self.cancel_remediation(&scope);
         }
@@ -398,16 +400,26 @@ impl Engine {
                     .to_std()
                     .is_ok_and(|d| d < EPISODE_TTL)
         });
-        while st.episodes.len() > MAX_EPISODES {
-            let oldest = st
+        // Over the bound the oldest go first, found with one sort: a scan
+        // per removal was quadratic, and a burst of distinct groups (25k
+        // between two ticks) held this lock, and a runtime thread, for
+        // seconds. The sort is stable, so ties go in map order, as before.
+        let excess = st.episodes.len().saturating_sub(MAX_EPISODES);
+        if excess > 0 {
+            // By position in map order: no key is cloned or looked up.
+            let mut by_age: Vec<(DateTime<Utc>, usize)> = st
                 .episodes
-                .iter()
-                .min_by_key(|(_, e)| e.changed_at)
-                .map(|(s, _)| s.clone());
-            match oldest {
-                Some(s) => st.episodes.remove(&s),
-                None => break,
-            };
+                .values()
+                .enumerate()
+                .map(|(i, e)| (e.changed_at, i))
+                .collect();
+            by_age.sort_by_key(|(t, _)| *t);
+            let mut evict = vec![false; by_age.len()];
+            for (_, i) in by_age.into_iter().take(excess) {
+                evict[i] = true;
+            }
+            let mut evict = evict.into_iter();
+            st.episodes.retain(|_, _| !evict.next().unwrap_or(false));
         }
 
         let profiles = self.store.profiles();
@@ -1031,6 +1043,24 @@ mod tests {
             e.report().episodes.is_empty(),
             "a failed query creates nothing"
         );
+    }
+
+    #[tokio::test]
+    async fn over_the_episode_bound_the_oldest_are_forgotten() {
+        let (e, _) = engine(&cfg(), true);
+        let base = Utc::now();
+        // Map order (by kind label) is the reverse of age order.
+        for i in 0..MAX_EPISODES + 3 {
+            let mut ev = alert(AlertStatus::Firing);
+            ev.labels = [("kind".to_string(), format!("K{:05}", MAX_EPISODES + 3 - i))].into();
+            ev.received_at = base + chrono::Duration::seconds(i as i64);
+            e.handle(&ev);
+        }
+        e.tick().await;
+        let eps = e.report_episodes();
+        assert_eq!(eps.len(), MAX_EPISODES);
+        let oldest = eps.iter().map(|ep| ep.changed_at).min();
+        assert_eq!(oldest, Some(base + chrono::Duration::seconds(3)));
     }
 
     #[test]
