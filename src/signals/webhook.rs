@@ -33,6 +33,9 @@ pub const MAX_LABELS: usize = 256;
 pub const MAX_FINGERPRINT_BYTES: usize = 64;
 pub const MAX_GROUP_KEY_BYTES: usize = 16 * 1024;
 const MAX_TOKEN_BYTES: usize = 4096;
+/// Notifications are logged one by one at DEBUG only (Alertmanager can send
+/// thousands a second); INFO gets a summary at most this often.
+pub const SUMMARY_EVERY: Duration = Duration::from_secs(60);
 /// Rejection reasons echo input (serde quotes unknown values), so cap them.
 const MAX_REASON_CHARS: usize = 200;
 
@@ -378,7 +381,62 @@ impl TokenStore {
     }
 }
 
+/// Counts since the last INFO summary. Pure: the caller passes `now`.
+#[derive(Debug, Default, PartialEq)]
+pub struct Tally {
+    pub notifications: u64,
+    pub accepted: u64,
+    pub duplicate: u64,
+    pub ignored: u64,
+    /// Refused notifications by `WebhookError::label`.
+    pub refused: BTreeMap<&'static str, u64>,
+}
+
+/// A [`Tally`] and when it was last reported.
+#[derive(Debug)]
+pub struct Summarizer {
+    every: Duration,
+    since: Instant,
+    tally: Tally,
+}
+
+impl Summarizer {
+    pub fn new(every: Duration, now: Instant) -> Self {
+        Self {
+            every,
+            since: now,
+            tally: Tally::default(),
+        }
+    }
+
+    /// Counts one notification; returns the tally and the time it covers
+    /// once `every` has passed since the last one, and starts over.
+    pub fn add(
+        &mut self,
+        outcome: Result<(usize, usize, usize), &'static str>,
+        now: Instant,
+    ) -> Option<(Tally, Duration)> {
+        let t = &mut self.tally;
+        t.notifications += 1;
+        match outcome {
+            Ok((accepted, duplicate, ignored)) => {
+                t.accepted += accepted as u64;
+                t.duplicate += duplicate as u64;
+                t.ignored += ignored as u64;
+            }
+            Err(label) => *t.refused.entry(label).or_insert(0) += 1,
+        }
+        let covered = now.saturating_duration_since(self.since);
+        if covered < self.every {
+            return None;
+        }
+        self.since = now;
+        Some((std::mem::take(&mut self.tally), covered))
+    }
+}
+
 pub struct WebhookState {
+    summary: Mutex<Summarizer>,
     tokens: Arc<TokenStore>,
     max_body_bytes: usize,
     alertnames: HashSet<String>,
@@ -415,6 +473,7 @@ impl WebhookState {
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
+            summary: Mutex::new(Summarizer::new(SUMMARY_EVERY, Instant::now())),
             tokens,
             max_body_bytes,
             alertnames: alertnames.into_iter().collect(),
@@ -546,8 +605,52 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
 }
 
+impl WebhookState {
+    fn summarize(&self, outcome: Result<(usize, usize, usize), &'static str>) {
+        // Counting cannot panic: a poisoned lock holds a consistent tally.
+        let due = self
+            .summary
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .add(outcome, Instant::now());
+        let Some((t, covered)) = due else {
+            return;
+        };
+        let refused: u64 = t.refused.values().sum();
+        let refused_by = format!("{:?}", t.refused);
+        if refused > 0 {
+            tracing::warn!(
+                notifications = t.notifications,
+                alerts_accepted = t.accepted,
+                duplicate = t.duplicate,
+                ignored = t.ignored,
+                refused,
+                refused_by,
+                seconds = covered.as_secs(),
+                "alertmanager notifications, some refused"
+            );
+        } else {
+            tracing::info!(
+                notifications = t.notifications,
+                alerts_accepted = t.accepted,
+                duplicate = t.duplicate,
+                ignored = t.ignored,
+                seconds = covered.as_secs(),
+                "alertmanager notifications"
+            );
+        }
+    }
+}
+
 async fn notify(State(s): State<Arc<WebhookState>>, req: Request) -> Response {
-    match handle(&s, req).await {
+    let result = handle(&s, req).await;
+    s.summarize(
+        result
+            .as_ref()
+            .map(|sum| (sum.accepted, sum.duplicate, sum.ignored))
+            .map_err(WebhookError::label),
+    );
+    match result {
         Ok(sum) => {
             tracing::debug!(
                 accepted = sum.accepted,
@@ -563,7 +666,9 @@ async fn notify(State(s): State<Arc<WebhookState>>, req: Request) -> Response {
         }
         Err(e) => {
             s.metrics.webhook(e.status_label(), e.label());
-            tracing::warn!(result = e.label(), error = %e, "alertmanager notification refused");
+            // DEBUG: a sender can repeat this thousands of times a second;
+            // the summary reports refusals at WARN.
+            tracing::debug!(result = e.label(), error = %e, "alertmanager notification refused");
             e.into_response()
         }
     }
@@ -861,6 +966,41 @@ mod tests {
         std::fs::write(&p, "a b").expect("write");
         assert!(load_token(&p).is_err());
         assert!(load_token(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn notifications_are_summarised_once_per_period() {
+        let t0 = Instant::now();
+        let every = Duration::from_secs(60);
+        let mut s = Summarizer::new(every, t0);
+        for i in 0..1000 {
+            let at = t0 + Duration::from_millis(i * 50);
+            assert_eq!(s.add(Ok((2, 0, 0)), at), None, "no line before the period");
+        }
+        assert_eq!(s.add(Err("overloaded"), t0 + Duration::from_secs(59)), None);
+        let (t, covered) = s
+            .add(Ok((0, 1, 1)), t0 + every)
+            .expect("a summary after the period");
+        assert_eq!(covered, every);
+        assert_eq!(
+            t,
+            Tally {
+                notifications: 1002,
+                accepted: 2000,
+                duplicate: 1,
+                ignored: 1,
+                refused: [("overloaded", 1)].into(),
+            }
+        );
+        // Counting starts over.
+        assert_eq!(
+            s.add(Ok((1, 0, 0)), t0 + every + Duration::from_secs(1)),
+            None
+        );
+        let (t, _) = s
+            .add(Ok((1, 0, 0)), t0 + every * 2)
+            .expect("second summary");
+        assert_eq!((t.notifications, t.accepted), (2, 2));
     }
 
     #[test]
