@@ -1,13 +1,16 @@
 //! `cargo bench --bench load`: the figures docs/reliability.md reports.
 //!
 //! 1. Webhook load: 1,000 Alertmanager notifications/s for 10 s against the
-//!    real router (webhook + /metrics + probes) served by `axum::serve` on
-//!    127.0.0.1:0, then the same over the TLS listener (`remedy::tls`).
+//!    real router (webhook + /metrics + probes) served by `server::serve`
+//!    (remedy's listener, default limits) on 127.0.0.1:0, plain then TLS.
 //! 2. Memory: 100,000 real-shaped Machines / OpenStackMachines fed through
 //!    the watcher's event handling into `Store::apply`; RSS growth per object
 //!    and time per apply. Each fleet runs in a child process of its own, so
 //!    one measurement's freed memory cannot hide another's growth.
 //! 3. /metrics: `Metrics::encode` with 100,000 per-resource series.
+//! 4. Liveness under a saturated webhook: back-to-back notifications, each a
+//!    new group, through the real router into the real `Engine`, while
+//!    /healthz and /metrics are probed (target: p99 < 50 ms).
 //!
 //! Load goes to loopback only, is bounded in count and time, and stops by
 //! itself. Targets: webhook p99 < 5 ms, <= 1 KiB per object, /metrics < 100 ms.
@@ -17,6 +20,7 @@ use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use remedy::backoff::BackoffPolicy;
 use remedy::classify::{Classifier, default_rules};
+use remedy::config::HttpConfig;
 use remedy::metrics::Metrics;
 use remedy::profile::builtin;
 use remedy::server::{self, Http, Readiness};
@@ -99,13 +103,19 @@ fn ms(d: Duration) -> String {
 // ---------------------------------------------------------------- webhook
 
 fn notification(i: usize) -> bytes::Bytes {
+    notification_in(i, i % 100)
+}
+
+/// Notification `i` for group `group`: the namespace label and groupKey
+/// carry it, so with a `namespace_label` selector each group is an episode.
+fn notification_in(i: usize, group: usize) -> bytes::Bytes {
     let alerts: Vec<_> = (0..ALERTS_PER_REQUEST)
         .map(|j| {
             json!({
                 "status": "firing",
                 "labels": {
                     "alertname": "RemedyTransientErrorRatioHigh",
-                    "namespace": format!("tenant-{:02}", i % 100),
+                    "namespace": format!("tenant-{group:02}"),
                     "kind": "Machine",
                     "name": format!("prod-eu1-md-0-7d9f8-{i:06}-{j}"),
                     "severity": "warning",
@@ -130,7 +140,7 @@ fn notification(i: usize) -> bytes::Bytes {
         "commonAnnotations": {},
         "externalURL": "http://alertmanager:9093",
         "version": "4",
-        "groupKey": format!("{{}}/{{severity=\"warning\"}}:{{alertname=\"RemedyTransientErrorRatioHigh\", namespace=\"tenant-{:02}\"}}", i % 100),
+        "groupKey": format!("{{}}/{{severity=\"warning\"}}:{{alertname=\"RemedyTransientErrorRatioHigh\", namespace=\"tenant-{group:02}\"}}"),
         "truncatedAlerts": 0
     });
     bytes::Bytes::from(body.to_string())
@@ -185,6 +195,7 @@ fn webhook_load(tls: Option<&Tls>) -> BenchResult<LoadFigures> {
         Arc::new(Mutex::new(Dedupe::new(DEDUPE_CAPACITY))),
         metrics.clone(),
     );
+    let listener_metrics = metrics.clone();
     let app = server::router(Http {
         metrics,
         readiness: Arc::new(AlwaysReady),
@@ -195,16 +206,14 @@ fn webhook_load(tls: Option<&Tls>) -> BenchResult<LoadFigures> {
         .block_on(async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
             let addr = listener.local_addr()?;
-            match tls_config {
-                Some(c) => {
-                    tokio::spawn(remedy::tls::serve(listener, c, app, std::future::pending()));
-                }
-                None => {
-                    tokio::spawn(async move {
-                        let _ = axum::serve(listener, app).await;
-                    });
-                }
-            }
+            tokio::spawn(server::serve(
+                listener,
+                tls_config,
+                app,
+                HttpConfig::default(),
+                listener_metrics,
+                std::future::pending(),
+            ));
             // The engine's side of the queue: drain it as fast as it fills.
             let consumer = Arc::new(AtomicUsize::new(0));
             let count = consumer.clone();
@@ -311,6 +320,263 @@ fn print_load(name: &str, f: &LoadFigures) {
         ms(quantile(&f.latencies, 990)),
         ms(f.latencies.last().copied().unwrap_or_default()),
         ms(f.max_send_lag),
+    );
+}
+
+// ---------------------------------------------------------------- saturation
+
+/// Concurrent webhook senders, each sending its next notification as soon
+/// as the last is answered: the webhook is kept saturated.
+const SATURATING_SENDERS: usize = 16;
+/// Each of /healthz, /metrics and /readyz is fetched every this long.
+const PROBE_EVERY: Duration = Duration::from_millis(50);
+/// What a kubelet probe allows by default: a slower answer is a failure
+/// (and is counted as this long).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+struct SaturationFigures {
+    notifications: usize,
+    refused: usize,
+    webhook: Vec<Duration>,
+    healthz: Vec<Duration>,
+    metrics: Vec<Duration>,
+    readyz: Vec<Duration>,
+    probe_timeouts: usize,
+}
+
+/// The webhook saturated with distinct groups (every notification a new
+/// episode) while /healthz and /metrics are probed: `app::serve`'s wiring
+/// (listener, router, webhook, queue, the real `Engine` consuming it with
+/// the default 5 s tick), on a 2-worker runtime as in a 2-core pod. The
+/// engine's executor points nowhere and nothing is watched: this measures
+/// what the notifications cost, not remediation. Logs are formatted at INFO
+/// (into a sink), as `remedy serve` does by default.
+/// Ready with the engine's notes, as `app::serve`'s readiness reports them.
+struct EngineReadiness(Arc<remedy::engine::Engine>);
+
+impl Readiness for EngineReadiness {
+    fn check(&self) -> Result<Vec<String>, Vec<String>> {
+        Ok(self.0.problems())
+    }
+}
+
+fn webhook_saturation() -> BenchResult<SaturationFigures> {
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(err)?;
+    let cfg = remedy::config::Config {
+        alerts: vec![remedy::config::AlertRule {
+            alertname: "RemedyTransientErrorRatioHigh".into(),
+            select: remedy::config::Selector {
+                namespace_label: Some("namespace".into()),
+                kind_label: Some("kind".into()),
+                ..Default::default()
+            },
+            verify_query: None,
+            allow_cluster_wide: false,
+            max_resources: 200,
+        }],
+        ..remedy::config::Config::default()
+    };
+    let metrics = Arc::new(Metrics::new(10_000));
+    let (tx, rx) = tokio::sync::mpsc::channel(cfg.webhook.queue);
+    let state = WebhookState::new(
+        Arc::from(TOKEN.as_bytes()),
+        cfg.webhook.max_body_bytes,
+        ["RemedyTransientErrorRatioHigh".to_string()],
+        tx,
+        Arc::new(Mutex::new(Dedupe::new(DEDUPE_CAPACITY))),
+        metrics.clone(),
+    );
+    let store = Arc::new(Store::new(
+        vec![builtin("capi-machine").map_err(err)?],
+        Classifier::new(&default_rules()).map_err(err)?,
+        BackoffPolicy::default(),
+        metrics.clone(),
+    ));
+    let addr = server_rt.block_on(async {
+        let client = kube::Client::try_from(kube::Config::new(
+            "http://127.0.0.1:9".parse().map_err(err)?,
+        ))
+        .map_err(err)?;
+        let leader = remedy::leader::Leadership::fixed(true);
+        let executor = Arc::new(remedy::remediate::execute::Executor::new(
+            client,
+            metrics.clone(),
+            Arc::new(remedy::remediate::execute::WriteLimiter::new(20.0, 50)),
+            leader.clone(),
+            true,
+        ));
+        let engine = remedy::engine::Engine::new(&cfg, store, executor, None, leader);
+        tokio::spawn(engine.clone().run(cfg.tick, rx));
+        // As `app::serve`: readiness asks the engine, and a task keeps
+        // remedy_ready current every tick.
+        let readiness = Arc::new(EngineReadiness(engine));
+        tokio::spawn({
+            let (readiness, metrics, tick) = (readiness.clone(), metrics.clone(), cfg.tick);
+            async move {
+                let mut every = tokio::time::interval(tick);
+                loop {
+                    every.tick().await;
+                    metrics.ready.set(i64::from(readiness.check().is_ok()));
+                }
+            }
+        });
+        let app = server::router(Http {
+            metrics: metrics.clone(),
+            readiness,
+        })
+        .merge(router(state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(err)?;
+        let addr = listener.local_addr().map_err(err)?;
+        tokio::spawn(server::serve(
+            listener,
+            None,
+            app,
+            HttpConfig::default(),
+            metrics.clone(),
+            std::future::pending(),
+        ));
+        Ok::<_, String>(addr)
+    })?;
+
+    let secs = size().load_secs;
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    // Probes from a thread and runtime of their own, as the kubelet would.
+    // Probes from a thread and runtime of their own, each path on its own
+    // schedule, as the kubelet (liveness, readiness) and Prometheus do.
+    let prober = std::thread::spawn(move || -> BenchResult<Vec<(Vec<Duration>, usize)>> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(err)?;
+        rt.block_on(async move {
+            let client = reqwest::Client::builder()
+                .timeout(PROBE_TIMEOUT)
+                .build()
+                .map_err(err)?;
+            let probe = |path: &'static str| {
+                let client = client.clone();
+                async move {
+                    let (mut took_all, mut failed) = (Vec::new(), 0usize);
+                    while Instant::now() < deadline {
+                        let t = Instant::now();
+                        let ok = match client.get(format!("http://{addr}/{path}")).send().await {
+                            Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                            Err(_) => false,
+                        };
+                        took_all.push(if ok { t.elapsed() } else { PROBE_TIMEOUT });
+                        failed += usize::from(!ok);
+                        tokio::time::sleep(PROBE_EVERY.saturating_sub(t.elapsed())).await;
+                    }
+                    (took_all, failed)
+                }
+            };
+            let (h, m, r) = tokio::join!(probe("healthz"), probe("metrics"), probe("readyz"));
+            Ok(vec![h, m, r])
+        })
+    });
+    let client_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(err)?;
+    let next = Arc::new(AtomicUsize::new(0));
+    let (webhook, refused) = client_rt.block_on(async {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(err)?;
+        let url = format!("http://{addr}/webhook/alertmanager");
+        let mut senders = tokio::task::JoinSet::new();
+        for _ in 0..SATURATING_SENDERS {
+            let (client, url, next) = (client.clone(), url.clone(), next.clone());
+            senders.spawn(async move {
+                let (mut lat, mut refused) = (Vec::new(), 0usize);
+                while Instant::now() < deadline {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let t = Instant::now();
+                    let r = client
+                        .post(&url)
+                        .bearer_auth(TOKEN)
+                        .header("content-type", "application/json")
+                        .body(notification_in(i, i))
+                        .send()
+                        .await;
+                    match r {
+                        Ok(r) if r.status().is_success() => {
+                            let _ = r.bytes().await;
+                            lat.push(t.elapsed());
+                        }
+                        _ => refused += 1,
+                    }
+                }
+                (lat, refused)
+            });
+        }
+        let (mut all, mut refused) = (Vec::new(), 0);
+        while let Some(done) = senders.join_next().await {
+            let (lat, r) = done.map_err(err)?;
+            all.extend(lat);
+            refused += r;
+        }
+        Ok::<_, String>((all, refused))
+    })?;
+    let mut probes = prober
+        .join()
+        .map_err(|_| "prober panicked".to_string())??
+        .into_iter();
+    let mut next_probe = || {
+        let (mut v, failed) = probes.next().unwrap_or_default();
+        v.sort();
+        (v, failed)
+    };
+    let (healthz, f1) = next_probe();
+    let (metrics_lat, f2) = next_probe();
+    let (readyz, f3) = next_probe();
+    let mut webhook = webhook;
+    webhook.sort();
+    server_rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(SaturationFigures {
+        notifications: webhook.len(),
+        refused,
+        webhook,
+        healthz,
+        metrics: metrics_lat,
+        readyz,
+        probe_timeouts: f1 + f2 + f3,
+    })
+}
+
+fn print_saturation(f: &SaturationFigures) {
+    println!(
+        "{:<28} {:>8} {:>10} {:>10} {:>10}",
+        "", "count", "p50", "p99", "max"
+    );
+    for (name, v) in [
+        ("POST webhook (answered 2xx)", &f.webhook),
+        ("GET /healthz", &f.healthz),
+        ("GET /metrics", &f.metrics),
+        ("GET /readyz", &f.readyz),
+    ] {
+        println!(
+            "{name:<28} {:>8} {:>10} {:>10} {:>10}",
+            v.len(),
+            ms(quantile(v, 500)),
+            ms(quantile(v, 990)),
+            ms(v.last().copied().unwrap_or_default()),
+        );
+    }
+    println!(
+        "  {} notifications accepted ({:.0}/s), {} refused (503: queue full); {} probes failed or over {:?}",
+        f.notifications,
+        f.notifications as f64 / size().load_secs as f64,
+        f.refused,
+        f.probe_timeouts,
+        PROBE_TIMEOUT,
     );
 }
 
@@ -599,9 +865,14 @@ fn metrics_encode(metrics: &Arc<Metrics>) -> BenchResult<()> {
             .await
             .map_err(err)?;
         let addr: SocketAddr = listener.local_addr().map_err(err)?;
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        tokio::spawn(server::serve(
+            listener,
+            None,
+            app,
+            HttpConfig::default(),
+            Arc::new(Metrics::new(10)),
+            std::future::pending(),
+        ));
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .build()
@@ -693,10 +964,10 @@ fn run() -> BenchResult<()> {
         "listener", "sent", "ok", "err", "rate/s", "p50", "p99", "max", "send lag"
     );
     let plain = webhook_load(None)?;
-    print_load("http (axum::serve)", &plain);
+    print_load("http (server::serve)", &plain);
     let tls = self_signed()?;
     let over_tls = webhook_load(Some(&tls))?;
-    print_load("https (remedy::tls::serve)", &over_tls);
+    print_load("https (server::serve, TLS)", &over_tls);
     for (name, f) in [("http", &plain), ("https", &over_tls)] {
         let want = f.ok * ALERTS_PER_REQUEST;
         println!(
@@ -711,6 +982,19 @@ fn run() -> BenchResult<()> {
             ));
         }
     }
+    println!();
+    println!(
+        "webhook saturated: {SATURATING_SENDERS} senders back to back for {} s, every notification a new group (episode), engine consuming; probes every {} ms",
+        size().load_secs,
+        PROBE_EVERY.as_millis()
+    );
+    // remedy serve logs at INFO by default; format those lines (into a sink).
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::sink)
+        .with_env_filter("info")
+        .try_init();
+    let sat = webhook_saturation()?;
+    print_saturation(&sat);
     println!();
     println!(
         "fleet: {} objects (half Machines, half OpenStackMachines), initial list then one update each",

@@ -10,13 +10,14 @@ use crate::server::{self, Http, Readiness};
 use crate::signals::SignalError;
 use crate::signals::dedupe::Dedupe;
 use crate::signals::verify::{SignalHealth, Verifier};
-use crate::signals::webhook::{self, WebhookState};
+use crate::signals::webhook::{self, TokenStore, WebhookState};
 use crate::store::Store;
 use crate::tls::{self, TlsError};
 use crate::watch;
 use axum::Json;
 use axum::routing::get;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Fingerprints remembered for deduplication.
 const DEDUPE_CAPACITY: usize = 100_000;
@@ -31,8 +32,6 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
-    #[error("HTTP server failed: {0}")]
-    Http(#[source] std::io::Error),
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
     #[error("signals: {0}")]
@@ -46,7 +45,6 @@ impl ServeError {
         match self {
             Self::Kube(_) => "kube",
             Self::Listen { .. } => "listen",
-            Self::Http(_) => "http",
             Self::Tls(e) => e.label(),
             Self::Signals(e) => e.label(),
             Self::Leader(e) => e.label(),
@@ -95,7 +93,11 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     let metrics = Arc::new(Metrics::new(cfg.max_resource_series));
     if let Some(t) = &tls_config {
         metrics.tls_expiry.set(t.certs.not_after().unwrap_or(0));
-        tokio::spawn(reload_certificates(t.certs.clone(), metrics.clone()));
+        tokio::spawn(reload_certificates(
+            t.certs.clone(),
+            metrics.clone(),
+            cfg.reload_interval,
+        ));
     }
     let store = Arc::new(Store::new(
         v.profiles.clone(),
@@ -113,13 +115,22 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     let signal_health = verifier.as_ref().map(|v| v.health());
     let (tx, rx) = tokio::sync::mpsc::channel(cfg.webhook.queue);
     let webhook_router = match cfg.webhook.token_file {
-        Some(_) => Some(webhook::router(WebhookState::from_config(
-            &cfg.webhook,
-            &cfg.alerts,
-            tx,
-            Arc::new(Mutex::new(Dedupe::new(DEDUPE_CAPACITY))),
-            metrics.clone(),
-        )?)),
+        Some(_) => {
+            let state = WebhookState::from_config(
+                &cfg.webhook,
+                cfg.reload_interval,
+                &cfg.alerts,
+                tx,
+                Arc::new(Mutex::new(Dedupe::new(DEDUPE_CAPACITY))),
+                metrics.clone(),
+            )?;
+            tokio::spawn(reload_token(
+                state.tokens(),
+                metrics.clone(),
+                cfg.reload_interval,
+            ));
+            Some(webhook::router(state))
+        }
         None => {
             if !cfg.alerts.is_empty() {
                 tracing::warn!(
@@ -204,7 +215,11 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         }
     });
     let status_engine = engine.clone();
-    let mut app = server::router(Http { metrics, readiness }).route(
+    let mut app = server::router(Http {
+        metrics: metrics.clone(),
+        readiness,
+    })
+    .route(
         "/status",
         get(move |q: axum::extract::Query<StatusQuery>| {
             let e = status_engine.clone();
@@ -228,16 +243,16 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     if let Some(w) = webhook_router {
         app = app.merge(w);
     }
-    match tls_config {
-        Some(t) => {
-            tls::serve(listener, t.config, app, stop).await;
-            Ok(())
-        }
-        None => axum::serve(listener, app)
-            .with_graceful_shutdown(stop)
-            .await
-            .map_err(ServeError::Http),
-    }
+    server::serve(
+        listener,
+        tls_config.map(|t| t.config),
+        app,
+        cfg.http.clone(),
+        metrics,
+        stop,
+    )
+    .await;
+    Ok(())
 }
 
 /// `GET /status?limit=N`: at most N entries per list.
@@ -248,8 +263,8 @@ struct StatusQuery {
 
 /// Re-reads the certificate files now and then: a renewed Secret is served
 /// without a restart, well before the old certificate expires.
-async fn reload_certificates(certs: Arc<tls::CertStore>, metrics: Arc<Metrics>) {
-    let mut every = tokio::time::interval(tls::RELOAD_INTERVAL);
+async fn reload_certificates(certs: Arc<tls::CertStore>, metrics: Arc<Metrics>, period: Duration) {
+    let mut every = tokio::time::interval(period);
     every.tick().await;
     loop {
         every.tick().await;
@@ -268,6 +283,35 @@ async fn reload_certificates(certs: Arc<tls::CertStore>, metrics: Arc<Metrics>) 
         };
         metrics
             .tls_reloads
+            .get_or_create(&crate::metrics::ResultLabels { result })
+            .inc();
+    }
+}
+
+/// Re-reads the webhook token file, as the certificate files are: a
+/// rotated Secret is followed without a restart (the previous token stays
+/// accepted for one period, see `TokenStore`).
+async fn reload_token(tokens: Arc<TokenStore>, metrics: Arc<Metrics>, period: Duration) {
+    let mut every = tokio::time::interval(period);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        let result = match tokens.reload() {
+            Ok(false) => continue,
+            Ok(true) => {
+                tracing::info!(
+                    "webhook token reloaded; the previous one is accepted for one more period"
+                );
+                "reloaded"
+            }
+            Err(e) => {
+                // Never the token itself: the error names the file only.
+                tracing::warn!(error = %e, label = e.label(), "cannot reload the webhook token; keeping the current one");
+                "error"
+            }
+        };
+        metrics
+            .token_reloads
             .get_or_create(&crate::metrics::ResultLabels { result })
             .inc();
     }

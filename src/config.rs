@@ -128,6 +128,44 @@ impl Default for WebhookConfig {
     }
 }
 
+pub const MIN_HEADER_BYTES: usize = 8 * 1024;
+pub const MAX_HEADER_BYTES: usize = 1024 * 1024;
+pub const MAX_HEADERS: usize = 1000;
+
+/// Limits of the listener (plain and TLS alike): what one client, or many,
+/// may cost before remedy closes or refuses connections.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// A request's head (and the TLS handshake) must arrive within this; the
+    /// same timer closes a keep-alive connection that sends no next request.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// A connection on which nothing is read or written for this long is
+    /// closed (a stalled body upload, a client that stops reading).
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Open connections at most; more are closed at once and counted in
+    /// `remedy_http_connections_refused_total`.
+    pub max_connections: usize,
+    /// Request line plus headers, in bytes; more is answered 431.
+    pub max_header_bytes: usize,
+    /// Header fields per request; more is answered 431.
+    pub max_headers: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 2048,
+            max_header_bytes: 16 * 1024,
+            max_headers: 64,
+        }
+    }
+}
+
 /// Serve the listener (webhook, metrics, probes) over HTTPS. The files are
 /// read at start, so a bad certificate fails startup, not the first request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -294,6 +332,10 @@ pub struct Config {
     /// HTTPS for the listener; plain HTTP when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsConfig>,
+    pub http: HttpConfig,
+    /// How often the mounted secrets (TLS files, webhook token) are re-read.
+    #[serde(with = "humantime_serde")]
+    pub reload_interval: Duration,
     pub dry_run: bool,
     pub profiles: Vec<ProfileRef>,
     /// Namespaces to watch; empty means all.
@@ -324,6 +366,10 @@ impl Default for Config {
         Self {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
             tls: None,
+            http: HttpConfig::default(),
+            // kubelet takes up to a minute or so to project an updated
+            // Secret; cert-manager renews weeks ahead.
+            reload_interval: Duration::from_secs(30),
             dry_run: false,
             profiles: profile::builtins()
                 .into_iter()
@@ -426,6 +472,41 @@ impl Config {
                     return Err(ConfigError::invalid(field, "must not be empty"));
                 }
             }
+        }
+        let h = &self.http;
+        for (field, d) in [
+            ("http.header_read_timeout", h.header_read_timeout),
+            ("http.idle_timeout", h.idle_timeout),
+        ] {
+            if d < Duration::from_secs(1) {
+                return Err(ConfigError::invalid(field, "must be at least 1s"));
+            }
+        }
+        if h.max_connections == 0 {
+            return Err(ConfigError::invalid(
+                "http.max_connections",
+                "must be at least 1",
+            ));
+        }
+        // hyper's read buffer cannot be smaller than 8 KiB; a megabyte per
+        // connection would undo the point of the limit.
+        if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&h.max_header_bytes) {
+            return Err(ConfigError::invalid(
+                "http.max_header_bytes",
+                format!("must be within {MIN_HEADER_BYTES}..={MAX_HEADER_BYTES}"),
+            ));
+        }
+        if !(1..=MAX_HEADERS).contains(&h.max_headers) {
+            return Err(ConfigError::invalid(
+                "http.max_headers",
+                format!("must be within 1..={MAX_HEADERS}"),
+            ));
+        }
+        if self.reload_interval < Duration::from_secs(1) {
+            return Err(ConfigError::invalid(
+                "reload_interval",
+                "must be at least 1s",
+            ));
         }
         if self.webhook.queue == 0 {
             return Err(ConfigError::invalid("webhook.queue", "must be at least 1"));
@@ -661,6 +742,17 @@ alerts:
                 "profiles: [{name: x, group: g, version: v1, kind: K, remediation: {clear_status: [/spec/x]}}]",
                 "under /status",
             ),
+            (
+                "http: {header_read_timeout: 0s}",
+                "http.header_read_timeout",
+            ),
+            ("http: {idle_timeout: 500ms}", "http.idle_timeout"),
+            ("http: {max_connections: 0}", "http.max_connections"),
+            ("http: {max_header_bytes: 4096}", "http.max_header_bytes"),
+            ("http: {max_header_bytes: 2000000}", "http.max_header_bytes"),
+            ("http: {max_headers: 0}", "http.max_headers"),
+            ("http: {max_conns: 1}", "unknown field `max_conns`"),
+            ("reload_interval: 100ms", "reload_interval"),
         ];
         for (yaml, want) in cases {
             let e = err(yaml).to_string();

@@ -1369,6 +1369,33 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn over_the_episode_bound_new_firing_episodes_are_refused_not_old_ones_evicted() {
+        let (e, _) = engine(&cfg(), true);
+        let base = Utc::now();
+        // Map order (by kind label) is the reverse of age order.
+        for i in 0..MAX_EPISODES + 3 {
+            let mut ev = alert(AlertStatus::Firing);
+            ev.labels = [("kind".to_string(), format!("K{:05}", MAX_EPISODES + 3 - i))].into();
+            ev.received_at = base + chrono::Duration::seconds(i as i64);
+            e.handle(&ev);
+        }
+        e.tick().await;
+        let eps = e.report_episodes();
+        assert_eq!(eps.len(), MAX_EPISODES);
+        let oldest = eps.iter().map(|ep| ep.changed_at).min();
+        assert_eq!(oldest, Some(base), "firing episodes are kept");
+        let full = e
+            .metrics
+            .episodes_refused
+            .get_or_create(&EpisodeLabels {
+                alert: "CloudAPIDegraded".into(),
+                reason: "full",
+            })
+            .get();
+        assert_eq!(full, 3);
+    }
+
     #[test]
     fn status_lists_are_cut_to_the_limit_with_their_totals() {
         let r = StatusReport {

@@ -102,6 +102,12 @@ pub struct EpisodeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TimeoutLabels {
+    /// handshake | header | idle
+    pub timeout: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WatchLabels {
     pub kind: String,
     pub r#type: &'static str,
@@ -230,6 +236,10 @@ pub struct Metrics {
     pub tls_reloads: Family<ResultLabels, Counter>,
     pub tls_expiry: Gauge,
     pub episodes_refused: Family<EpisodeLabels, Counter>,
+    pub token_reloads: Family<ResultLabels, Counter>,
+    pub http_connections: Gauge,
+    pub http_connections_refused: Counter,
+    pub http_timeouts: Family<TimeoutLabels, Counter>,
     max_resource_series: usize,
     /// Per-resource series: crash count and backoff delay.
     tracked: RwLock<HashMap<ResourceKey, ResourceValues>>,
@@ -263,6 +273,10 @@ impl Metrics {
             tls_reloads: Family::default(),
             tls_expiry: Gauge::default(),
             episodes_refused: Family::default(),
+            token_reloads: Family::default(),
+            http_connections: Gauge::default(),
+            http_connections_refused: Counter::default(),
+            http_timeouts: Family::default(),
             max_resource_series,
             tracked: RwLock::default(),
             last_encoded: AtomicUsize::new(0),
@@ -380,6 +394,26 @@ impl Metrics {
             "remedy_episodes_refused",
             "Alert notifications or episodes remedy refused to act on, by alert and reason",
             m.episodes_refused.clone(),
+        );
+        r.register(
+            "remedy_webhook_token_reloads",
+            "Re-reads of the webhook token file that loaded a new token (reloaded) or failed (error)",
+            m.token_reloads.clone(),
+        );
+        r.register(
+            "remedy_http_connections",
+            "Open connections to the listener",
+            m.http_connections.clone(),
+        );
+        r.register(
+            "remedy_http_connections_refused",
+            "Connections closed at once because http.max_connections were open",
+            m.http_connections_refused.clone(),
+        );
+        r.register(
+            "remedy_http_connection_timeouts",
+            "Connections closed by a timeout: TLS handshake, request head (header) or no traffic (idle)",
+            m.http_timeouts.clone(),
         );
         r.register(
             "remedy_build",

@@ -1,12 +1,8 @@
-//! HTTPS for the listener (webhook, /metrics, probes). `axum::serve` speaks
-//! plain TCP only, so TLS connections are accepted here and handed to
-//! hyper's HTTP/1 server with the same router.
+//! HTTPS for the listener (webhook, /metrics, probes): the certificate, its
+//! reload and the rustls settings. `server::serve` accepts the connections,
+//! plain or TLS, with the same limits.
 
 use crate::config::TlsConfig;
-use axum::Router;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
@@ -14,27 +10,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use std::fmt;
-use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
-use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
-
-/// A client that connects and never finishes the handshake must not hold a
-/// task (and a file descriptor) forever.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Same for a client that sends its headers byte by byte.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often the certificate files are re-read. kubelet takes up to a minute
-/// or so to project an updated Secret; cert-manager renews weeks ahead.
-pub const RELOAD_INTERVAL: Duration = Duration::from_secs(30);
-/// On shutdown, in-flight requests get this long to finish.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
-/// Pause after a failed accept (e.g. out of file descriptors), as
-/// `axum::serve` does, instead of spinning.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Why the TLS settings cannot be used. Messages name the config field and
 /// the file, never file contents (the key is a secret).
@@ -259,68 +237,6 @@ pub fn load(cfg: &TlsConfig) -> Result<Tls, TlsError> {
         config: Arc::new(config),
         certs,
     })
-}
-
-/// Serves `app` over TLS until `shutdown` completes, then lets open
-/// connections finish (bounded by a drain timeout). A failed handshake, a
-/// plain-HTTP client or a broken connection affects only that connection.
-pub async fn serve(
-    listener: TcpListener,
-    config: Arc<ServerConfig>,
-    app: Router,
-    shutdown: impl Future<Output = ()>,
-) {
-    let acceptor = TlsAcceptor::from(config);
-    let graceful = GracefulShutdown::new();
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        // Responses leave as several TLS records; without this, Nagle holds
-        // the last one until the client's delayed ACK (40 ms).
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
-        }
-        let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(app.clone());
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%peer, error = %e, "connection closed with an error");
-            }
-        });
-    }
-    drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(DRAIN_TIMEOUT) => {
-            tracing::warn!("connections still open after the drain timeout");
-        }
-    }
 }
 
 #[cfg(test)]

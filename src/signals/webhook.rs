@@ -17,8 +17,9 @@ use axum::routing::post;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer};
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
@@ -32,6 +33,9 @@ pub const MAX_LABELS: usize = 256;
 pub const MAX_FINGERPRINT_BYTES: usize = 64;
 pub const MAX_GROUP_KEY_BYTES: usize = 16 * 1024;
 const MAX_TOKEN_BYTES: usize = 4096;
+/// Notifications are logged one by one at DEBUG only (Alertmanager can send
+/// thousands a second); INFO gets a summary at most this often.
+pub const SUMMARY_EVERY: Duration = Duration::from_secs(60);
 /// Rejection reasons echo input (serde quotes unknown values), so cap them.
 const MAX_REASON_CHARS: usize = 200;
 
@@ -290,8 +294,150 @@ pub fn load_token(path: &Path) -> Result<Arc<[u8]>, SignalError> {
     Ok(Arc::from(token))
 }
 
+/// The bearer tokens accepted: the current one and, for a grace period
+/// after a rotation, the one before it. Pure: the caller passes `now`.
+#[derive(Debug)]
+pub struct Tokens {
+    current: Arc<[u8]>,
+    previous: Option<(Arc<[u8]>, Instant)>,
+}
+
+impl Tokens {
+    pub fn new(current: Arc<[u8]>) -> Self {
+        Self {
+            current,
+            previous: None,
+        }
+    }
+
+    /// Makes `new` the current token; the replaced one stays accepted until
+    /// `now + grace`. `false` (and nothing changes) when `new` is current.
+    pub fn rotate(&mut self, new: Arc<[u8]>, now: Instant, grace: Duration) -> bool {
+        if new == self.current {
+            return false;
+        }
+        let old = std::mem::replace(&mut self.current, new);
+        self.previous = Some((old, now + grace));
+        true
+    }
+
+    /// Constant time over the bytes of each token; only lengths can leak.
+    pub fn accepts(&self, presented: &[u8], now: Instant) -> bool {
+        let current = bool::from(presented.ct_eq(&self.current));
+        let previous = self
+            .previous
+            .as_ref()
+            .is_some_and(|(t, until)| bool::from(presented.ct_eq(t)) && now < *until);
+        current | previous
+    }
+}
+
+/// The token file and the tokens read from it. Alertmanager's side reads
+/// the same Secret, so when the Secret rotates, remedy must follow without a
+/// restart: a 401 is not retried and the notification is lost (FACTS.md).
+#[derive(Debug)]
+pub struct TokenStore {
+    path: Option<PathBuf>,
+    /// How long a replaced token is still accepted: one reload period, so
+    /// an Alertmanager whose copy of the Secret lags behind keeps working.
+    grace: Duration,
+    tokens: RwLock<Tokens>,
+}
+
+impl TokenStore {
+    pub fn fixed(token: Arc<[u8]>) -> Self {
+        Self {
+            path: None,
+            grace: Duration::ZERO,
+            tokens: RwLock::new(Tokens::new(token)),
+        }
+    }
+
+    pub fn from_file(path: &Path, grace: Duration) -> Result<Self, SignalError> {
+        Ok(Self {
+            path: Some(path.to_path_buf()),
+            grace,
+            tokens: RwLock::new(Tokens::new(load_token(path)?)),
+        })
+    }
+
+    /// Re-reads the file: `Ok(true)` when the token changed. A file that
+    /// cannot be read or is invalid changes nothing (it may be mid-update).
+    pub fn reload(&self) -> Result<bool, SignalError> {
+        let Some(path) = &self.path else {
+            return Ok(false);
+        };
+        let token = load_token(path)?;
+        // Tokens has no panicking paths: a poisoned lock is consistent.
+        let mut t = self.tokens.write().unwrap_or_else(PoisonError::into_inner);
+        Ok(t.rotate(token, Instant::now(), self.grace))
+    }
+
+    fn accepts(&self, presented: &[u8]) -> bool {
+        self.tokens
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .accepts(presented, Instant::now())
+    }
+}
+
+/// Counts since the last INFO summary. Pure: the caller passes `now`.
+#[derive(Debug, Default, PartialEq)]
+pub struct Tally {
+    pub notifications: u64,
+    pub accepted: u64,
+    pub duplicate: u64,
+    pub ignored: u64,
+    /// Refused notifications by `WebhookError::label`.
+    pub refused: BTreeMap<&'static str, u64>,
+}
+
+/// A [`Tally`] and when it was last reported.
+#[derive(Debug)]
+pub struct Summarizer {
+    every: Duration,
+    since: Instant,
+    tally: Tally,
+}
+
+impl Summarizer {
+    pub fn new(every: Duration, now: Instant) -> Self {
+        Self {
+            every,
+            since: now,
+            tally: Tally::default(),
+        }
+    }
+
+    /// Counts one notification; returns the tally and the time it covers
+    /// once `every` has passed since the last one, and starts over.
+    pub fn add(
+        &mut self,
+        outcome: Result<(usize, usize, usize), &'static str>,
+        now: Instant,
+    ) -> Option<(Tally, Duration)> {
+        let t = &mut self.tally;
+        t.notifications += 1;
+        match outcome {
+            Ok((accepted, duplicate, ignored)) => {
+                t.accepted += accepted as u64;
+                t.duplicate += duplicate as u64;
+                t.ignored += ignored as u64;
+            }
+            Err(label) => *t.refused.entry(label).or_insert(0) += 1,
+        }
+        let covered = now.saturating_duration_since(self.since);
+        if covered < self.every {
+            return None;
+        }
+        self.since = now;
+        Some((std::mem::take(&mut self.tally), covered))
+    }
+}
+
 pub struct WebhookState {
-    token: Arc<[u8]>,
+    summary: Mutex<Summarizer>,
+    tokens: Arc<TokenStore>,
     max_body_bytes: usize,
     alertnames: HashSet<String>,
     tx: mpsc::Sender<AlertEvent>,
@@ -308,8 +454,27 @@ impl WebhookState {
         dedupe: Arc<Mutex<Dedupe>>,
         metrics: Arc<Metrics>,
     ) -> Self {
+        Self::with_tokens(
+            Arc::new(TokenStore::fixed(token)),
+            max_body_bytes,
+            alertnames,
+            tx,
+            dedupe,
+            metrics,
+        )
+    }
+
+    pub fn with_tokens(
+        tokens: Arc<TokenStore>,
+        max_body_bytes: usize,
+        alertnames: impl IntoIterator<Item = String>,
+        tx: mpsc::Sender<AlertEvent>,
+        dedupe: Arc<Mutex<Dedupe>>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
-            token,
+            summary: Mutex::new(Summarizer::new(SUMMARY_EVERY, Instant::now())),
+            tokens,
             max_body_bytes,
             alertnames: alertnames.into_iter().collect(),
             tx,
@@ -319,9 +484,11 @@ impl WebhookState {
     }
 
     /// From config; fails when `webhook.token_file` is unset, since remedy
-    /// refuses unauthenticated writes.
+    /// refuses unauthenticated writes. A replaced token stays accepted for
+    /// `reload_interval`.
     pub fn from_config(
         cfg: &WebhookConfig,
+        reload_interval: Duration,
         alerts: &[AlertRule],
         tx: mpsc::Sender<AlertEvent>,
         dedupe: Arc<Mutex<Dedupe>>,
@@ -331,8 +498,8 @@ impl WebhookState {
             .token_file
             .as_deref()
             .ok_or(SignalError::NotConfigured("webhook.token_file"))?;
-        Ok(Self::new(
-            load_token(path)?,
+        Ok(Self::with_tokens(
+            Arc::new(TokenStore::from_file(path, reload_interval)?),
             cfg.max_body_bytes,
             alerts.iter().map(|a| a.alertname.clone()),
             tx,
@@ -351,9 +518,12 @@ impl WebhookState {
         let Some((scheme, token)) = value.split_once(' ') else {
             return false;
         };
-        // Constant time over the bytes; only the length can leak.
-        scheme.eq_ignore_ascii_case("bearer")
-            && bool::from(token.trim_start().as_bytes().ct_eq(&self.token))
+        scheme.eq_ignore_ascii_case("bearer") && self.tokens.accepts(token.trim_start().as_bytes())
+    }
+
+    /// The token store, for the reload loop.
+    pub fn tokens(&self) -> Arc<TokenStore> {
+        self.tokens.clone()
     }
 
     /// Forwards new events one by one. The dedupe lock is held throughout so
@@ -435,8 +605,52 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
 }
 
+impl WebhookState {
+    fn summarize(&self, outcome: Result<(usize, usize, usize), &'static str>) {
+        // Counting cannot panic: a poisoned lock holds a consistent tally.
+        let due = self
+            .summary
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .add(outcome, Instant::now());
+        let Some((t, covered)) = due else {
+            return;
+        };
+        let refused: u64 = t.refused.values().sum();
+        let refused_by = format!("{:?}", t.refused);
+        if refused > 0 {
+            tracing::warn!(
+                notifications = t.notifications,
+                alerts_accepted = t.accepted,
+                duplicate = t.duplicate,
+                ignored = t.ignored,
+                refused,
+                refused_by,
+                seconds = covered.as_secs(),
+                "alertmanager notifications, some refused"
+            );
+        } else {
+            tracing::info!(
+                notifications = t.notifications,
+                alerts_accepted = t.accepted,
+                duplicate = t.duplicate,
+                ignored = t.ignored,
+                seconds = covered.as_secs(),
+                "alertmanager notifications"
+            );
+        }
+    }
+}
+
 async fn notify(State(s): State<Arc<WebhookState>>, req: Request) -> Response {
-    match handle(&s, req).await {
+    let result = handle(&s, req).await;
+    s.summarize(
+        result
+            .as_ref()
+            .map(|sum| (sum.accepted, sum.duplicate, sum.ignored))
+            .map_err(WebhookError::label),
+    );
+    match result {
         Ok(sum) => {
             tracing::debug!(
                 accepted = sum.accepted,
@@ -452,7 +666,9 @@ async fn notify(State(s): State<Arc<WebhookState>>, req: Request) -> Response {
         }
         Err(e) => {
             s.metrics.webhook(e.status_label(), e.label());
-            tracing::warn!(result = e.label(), error = %e, "alertmanager notification refused");
+            // DEBUG: a sender can repeat this thousands of times a second;
+            // the summary reports refusals at WARN.
+            tracing::debug!(result = e.label(), error = %e, "alertmanager notification refused");
             e.into_response()
         }
     }
@@ -750,6 +966,77 @@ mod tests {
         std::fs::write(&p, "a b").expect("write");
         assert!(load_token(&p).is_err());
         assert!(load_token(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn notifications_are_summarised_once_per_period() {
+        let t0 = Instant::now();
+        let every = Duration::from_secs(60);
+        let mut s = Summarizer::new(every, t0);
+        for i in 0..1000 {
+            let at = t0 + Duration::from_millis(i * 50);
+            assert_eq!(s.add(Ok((2, 0, 0)), at), None, "no line before the period");
+        }
+        assert_eq!(s.add(Err("overloaded"), t0 + Duration::from_secs(59)), None);
+        let (t, covered) = s
+            .add(Ok((0, 1, 1)), t0 + every)
+            .expect("a summary after the period");
+        assert_eq!(covered, every);
+        assert_eq!(
+            t,
+            Tally {
+                notifications: 1002,
+                accepted: 2000,
+                duplicate: 1,
+                ignored: 1,
+                refused: [("overloaded", 1)].into(),
+            }
+        );
+        // Counting starts over.
+        assert_eq!(
+            s.add(Ok((1, 0, 0)), t0 + every + Duration::from_secs(1)),
+            None
+        );
+        let (t, _) = s
+            .add(Ok((1, 0, 0)), t0 + every * 2)
+            .expect("second summary");
+        assert_eq!((t.notifications, t.accepted), (2, 2));
+    }
+
+    #[test]
+    fn a_rotated_token_is_accepted_with_the_old_one_for_the_grace_period() {
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(30);
+        let mut t = Tokens::new(Arc::from(&b"old"[..]));
+        assert!(t.accepts(b"old", t0));
+        assert!(!t.accepts(b"new", t0));
+        assert!(!t.rotate(Arc::from(&b"old"[..]), t0, grace), "unchanged");
+        assert!(t.rotate(Arc::from(&b"new"[..]), t0, grace));
+        assert!(t.accepts(b"new", t0));
+        assert!(t.accepts(b"old", t0 + grace - Duration::from_millis(1)));
+        assert!(!t.accepts(b"old", t0 + grace), "grace over");
+        assert!(t.accepts(b"new", t0 + grace * 100));
+        assert!(!t.accepts(b"ol", t0) && !t.accepts(b"", t0));
+        // Rotating again drops the first token at once.
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(t.rotate(Arc::from(&b"newer"[..]), t1, grace));
+        assert!(!t.accepts(b"old", t1));
+        assert!(t.accepts(b"new", t1) && t.accepts(b"newer", t1));
+    }
+
+    #[test]
+    fn token_store_reload_follows_the_file_and_keeps_the_token_on_a_bad_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("token");
+        std::fs::write(&p, "first\n").expect("write");
+        let store = TokenStore::from_file(&p, Duration::from_secs(60)).expect("store");
+        assert!(!store.reload().expect("unchanged"));
+        std::fs::write(&p, "second\n").expect("write");
+        assert!(store.reload().expect("rotated"));
+        assert!(store.accepts(b"second") && store.accepts(b"first"));
+        std::fs::write(&p, "\n").expect("write");
+        assert_eq!(store.reload().expect_err("empty").label(), "token");
+        assert!(store.accepts(b"second"), "a bad file changes nothing");
     }
 
     fn state(

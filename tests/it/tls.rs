@@ -1,4 +1,4 @@
-//! The HTTPS listener: the real router served by `remedy::tls::serve` on a
+//! The HTTPS listener: the real router served by `remedy::server::serve` (TLS) on a
 //! loopback port, fetched by reqwest trusting a test CA (as with a
 //! cert-manager issued certificate); plain HTTP to that port gets nothing,
 //! and a bad certificate stops `remedy serve` before it connects anywhere.
@@ -13,6 +13,24 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 struct Ready;
+
+/// The listener as `remedy serve` runs it with TLS and default limits.
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    config: Arc<rustls::ServerConfig>,
+    app: axum::Router,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    server::serve(
+        listener,
+        Some(config),
+        app,
+        remedy::config::HttpConfig::default(),
+        Arc::new(Metrics::new(10)),
+        shutdown,
+    )
+    .await;
+}
 
 impl Readiness for Ready {
     fn check(&self) -> Result<Vec<String>, Vec<String>> {
@@ -86,7 +104,7 @@ async fn serves_https_with_the_configured_certificate_and_refuses_plain_http() {
         readiness: Arc::new(Ready),
     });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(remedy::tls::serve(listener, tls.config, app, async {
+    let server = tokio::spawn(serve_tls(listener, tls.config, app, async {
         let _ = stopped.await;
     }));
 
@@ -280,7 +298,7 @@ async fn bearer_tokens_never_reach_the_logs() {
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    tokio::spawn(remedy::tls::serve(
+    tokio::spawn(serve_tls(
         listener,
         config.config,
         app,

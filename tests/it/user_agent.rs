@@ -20,7 +20,7 @@ async fn remedys_writes_are_managed_by_remedy() {
         cluster,
         &format!(
             "namespaces: [{ns}]\nprofiles: [openstack-machine]\ntick: 250ms\n\
-             leader_election: {{enabled: false}}\nbreaker: {{min_resources: 1000}}\n"
+             leader_election: {{enabled: false}}\nbreaker: {{min_resources: 1000, cooldown: 1s}}\n"
         ),
     );
     // remedy releases its breaker hold and records it in an Event. The
