@@ -96,6 +96,45 @@ check "alertmanager routes other alerts to default only" \
   "$AMTOOL" config routes test --config.file=deploy/alertmanager/alertmanager.yml \
   --verify.receivers=default alertname=RemedyDown
 
+# The AlertmanagerConfig (Prometheus Operator) is the same route, receiver and
+# inhibit rule as alertmanager.yml.
+check "alertmanagerconfig.yaml matches the remedy route of alertmanager.yml" \
+  "$PYTHON" - deploy/alertmanager/alertmanager.yml deploy/alertmanager/alertmanagerconfig.yaml <<'PY'
+import sys, yaml
+am = yaml.safe_load(open(sys.argv[1]))
+amc = yaml.safe_load(open(sys.argv[2]))
+assert amc["apiVersion"] == "monitoring.coreos.com/v1alpha1" and amc["kind"] == "AlertmanagerConfig"
+route = next(r for r in am["route"]["routes"] if r["receiver"] == "remedy")
+rcv = next(r for r in am["receivers"] if r["name"] == "remedy")["webhook_configs"][0]
+spec = amc["spec"]
+r = spec["route"]
+errors = []
+def matchers(ms):
+    return sorted(f'{m["name"]}{m.get("matchType", "=")}"{m["value"]}"' for m in ms)
+def want(what, have, expect):
+    if have != expect:
+        errors.append(f"{what}: {have!r} != alertmanager.yml's {expect!r}")
+want("route matchers", matchers(r["matchers"]), sorted(route["matchers"]))
+want("groupBy", r["groupBy"], route["group_by"])
+for a, b in (("groupWait", "group_wait"), ("groupInterval", "group_interval"), ("repeatInterval", "repeat_interval"), ("continue", "continue")):
+    want(a, r.get(a), route.get(b))
+hook = next(x for x in spec["receivers"] if x["name"] == r["receiver"])["webhookConfigs"][0]
+want("url", hook["url"], rcv["url"])
+want("sendResolved", hook["sendResolved"], rcv["send_resolved"])
+want("maxAlerts", hook["maxAlerts"], rcv["max_alerts"])
+auth = hook["httpConfig"]["authorization"]
+want("authorization type", auth["type"], rcv["http_config"]["authorization"]["type"])
+secret = rcv["http_config"]["authorization"]["credentials_file"].split("/")[-2:]
+want("token Secret/key", [auth["credentials"]["name"], auth["credentials"]["key"]], secret)
+inh = am["inhibit_rules"][0]
+ir = spec["inhibitRules"][0]
+want("inhibit source", matchers(ir["sourceMatch"]), sorted(inh["source_matchers"]))
+want("inhibit target", matchers(ir["targetMatch"]), sorted(inh["target_matchers"]))
+want("inhibit equal", ir["equal"], inh["equal"])
+print("\n".join(errors) or "in step")
+sys.exit(1 if errors else 0)
+PY
+
 # --- Grafana dashboard --------------------------------------------------------
 # --promtool also parses every panel expression as PromQL.
 check "check-dashboard.py --promtool dashboards/remedy.json" \
@@ -178,6 +217,68 @@ if a != b:
 for e in errors:
     print(e)
 sys.exit(1 if errors else 0)
+PY
+
+# Standalone: one replica that is replaced, never rolled (a rollout would
+# split webhook deliveries); the NetworkPolicy opens the container's port to
+# the namespace the signals URLs point at and lets remedy reach those ports.
+check "standalone: Recreate strategy, NetworkPolicy matches the port and signals" \
+  "$PYTHON" - "$render_dir/deploy_overlays_standalone.yaml" <<'PY'
+import sys, yaml
+from urllib.parse import urlsplit
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+def one(kind, name):
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"want one {kind} {name}, found {len(found)}"
+    return found[0]
+errors = []
+d = one("Deployment", "remedy")
+if d["spec"].get("replicas") == 1 and d["spec"].get("strategy", {}).get("type") != "Recreate":
+    errors.append("one replica without strategy Recreate")
+pod = d["spec"]["template"]
+c = next(c for c in pod["spec"]["containers"] if c["name"] == "remedy")
+cm = one("ConfigMap", pod["spec"]["volumes"][0]["configMap"]["name"])
+cfg = yaml.safe_load(cm["data"]["config.yaml"])
+np = one("NetworkPolicy", "remedy")
+sel = np["spec"]["podSelector"]["matchLabels"]
+if any(pod["metadata"]["labels"].get(k) != v for k, v in sel.items()):
+    errors.append(f"NetworkPolicy podSelector {sel} does not select the pod")
+ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+listen = int(cfg["listen"].rsplit(":", 1)[1])
+for rule in np["spec"]["ingress"]:
+    for p in rule["ports"]:
+        if ports.get(p["port"], p["port"]) != listen:
+            errors.append(f"ingress port {p['port']} is not the listen port {listen}")
+egress = [(r.get("to"), {p["port"] for p in r["ports"]}) for r in np["spec"]["egress"]]
+for key in ("prometheus_url", "alertmanager_url"):
+    u = urlsplit(cfg["signals"][key])
+    host = u.hostname.split(".")
+    ns = host[1] if len(host) > 2 else None
+    ok = any(u.port in ps and (to is None or any(
+        t.get("namespaceSelector", {}).get("matchLabels", {}).get("kubernetes.io/metadata.name") == ns for t in to))
+        for to, ps in egress)
+    if not ok:
+        errors.append(f"no egress rule to {key} {u.geturl()} (namespace {ns}, port {u.port})")
+ingress_ns = {t["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for r in np["spec"]["ingress"] for t in r["from"]}
+sig_ns = {urlsplit(cfg["signals"][k]).hostname.split(".")[1] for k in ("prometheus_url", "alertmanager_url")}
+if ingress_ns != sig_ns:
+    errors.append(f"ingress from {ingress_ns}, but Prometheus/Alertmanager are in {sig_ns}")
+for e in errors:
+    print(e)
+sys.exit(1 if errors else 0)
+PY
+
+# Without the operator's CRDs nothing of monitoring.coreos.com may remain.
+check "standalone-no-operator: no ServiceMonitor or PrometheusRule, the rest as standalone" \
+  "$PYTHON" - "$render_dir/deploy_overlays_standalone.yaml" "$render_dir/deploy_overlays_standalone-no-operator.yaml" <<'PY'
+import sys, yaml
+full, cut = ([d for d in yaml.safe_load_all(open(p)) if d] for p in sys.argv[1:3])
+key = lambda d: (d["apiVersion"], d["kind"], d["metadata"]["name"])
+gone = sorted(set(map(key, full)) - set(map(key, cut)))
+want = [("monitoring.coreos.com/v1", "PrometheusRule", "remedy"), ("monitoring.coreos.com/v1", "ServiceMonitor", "remedy")]
+if gone != want or len(cut) != len(full) - 2:
+    sys.exit(f"dropped {gone}, want exactly {want}")
+print("ok")
 PY
 
 # HTTPS (deploy/components/tls): the certificate cert-manager issues, the
