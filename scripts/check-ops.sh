@@ -7,7 +7,9 @@
 #
 # Tools: promtool and amtool (Debian: prometheus, prometheus-alertmanager),
 # kubectl with kustomize v5, python3 with PyYAML. Override with PROMTOOL,
-# AMTOOL, KUBECTL, PYTHON; set REMEDY to also validate the configs with the binary.
+# AMTOOL, KUBECTL, PYTHON; set REMEDY to also validate the configs with the binary,
+# and HELM to also lint and render the chart (deploy/helm/remedy) and compare it
+# with the kustomize base.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -326,6 +328,105 @@ for e in errors:
     print(e)
 sys.exit(1 if errors else 0)
 PY
+
+# --- Helm chart ---------------------------------------------------------------
+# Optional (HELM=path, scripts/test sets it): lint and render the chart with
+# its defaults and with every switch flipped, and check that the defaults
+# render what deploy/overlays/standalone does: RBAC rules, container args,
+# security, probes, strategy, config, NetworkPolicy, ServiceMonitor and the
+# PrometheusRule's rules (escaped `{{ }}` included).
+chart=deploy/helm/remedy
+if [[ -n ${HELM:-} ]]; then
+  all_on=(--set tls.enabled=true --set tls.certManager.enabled=true
+    --set serviceMonitor.labels.release=kube-prometheus-stack
+    --set prometheusRule.labels.release=kube-prometheus-stack
+    --set webhookToken.existingSecret=my-token --set replicas=2)
+  all_off=(--set serviceMonitor.enabled=false --set prometheusRule.enabled=false
+    --set networkPolicy.enabled=false --set config.leader_election.enabled=false)
+  check "helm lint $chart" "$HELM" lint --strict "$chart"
+  check "helm lint $chart (TLS, labels, existing Secret, 2 replicas)" "$HELM" lint --strict "$chart" "${all_on[@]}"
+  check "helm lint $chart (operator objects, NetworkPolicy, leader election off)" "$HELM" lint --strict "$chart" "${all_off[@]}"
+  check "helm template $chart" \
+    sh -c '"$1" template remedy "$2" -n remedy-system >"$3"' _ "$HELM" "$chart" "$render_dir/helm.yaml"
+  check "helm template $chart (switches flipped)" \
+    sh -c 'h=$1 c=$2 o=$3; shift 3; "$h" template remedy "$c" -n remedy-system "$@" >"$o"' \
+    _ "$HELM" "$chart" "$render_dir/helm-on.yaml" "${all_on[@]}"
+  check "helm template $chart (switches off)" \
+    sh -c 'h=$1 c=$2 o=$3; shift 3; "$h" template remedy "$c" -n remedy-system "$@" >"$o"' \
+    _ "$HELM" "$chart" "$render_dir/helm-off.yaml" "${all_off[@]}"
+  check "helm chart renders what kustomize renders (RBAC, args, config, policy, monitoring)" \
+    "$PYTHON" - "$render_dir/deploy_overlays_standalone.yaml" "$render_dir/helm.yaml" \
+    "$render_dir/helm-on.yaml" "$render_dir/helm-off.yaml" <<'PY'
+import sys, yaml
+def load(path):
+    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    if not docs:
+        sys.exit(f"{path}: nothing rendered")
+    return docs
+k, h, on, off = (load(p) for p in sys.argv[1:5])
+def one(docs, kind):
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"want one {kind}, found {len(found)}"
+    return found[0]
+def container(docs):
+    return one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+errors = []
+def same(what, a, b):
+    if a != b:
+        errors.append(f"{what}:\n  kustomize {a!r}\n  helm      {b!r}")
+# The chart leaves the namespace to `helm install --create-namespace` and
+# creates the token Secret, which kustomize leaves to the user.
+same("kinds", sorted(d["kind"] for d in k if d["kind"] != "Namespace"), sorted(d["kind"] for d in h if d["kind"] != "Secret"))
+for kind in ("ClusterRole", "Role"):
+    same(f"{kind} rules", one(k, kind)["rules"], one(h, kind)["rules"])
+kd, hd = one(k, "Deployment"), one(h, "Deployment")
+kc, hc = container(k), container(h)
+for key in ("args", "ports", "securityContext", "resources", "env"):
+    same(f"container {key}", kc.get(key), hc.get(key))
+for probe in ("livenessProbe", "readinessProbe"):
+    a, b = dict(kc[probe]), dict(hc[probe])
+    a["httpGet"] = {**a["httpGet"], "scheme": a["httpGet"].get("scheme", "HTTP")}
+    same(probe, a, b)
+same("pod securityContext", kd["spec"]["template"]["spec"]["securityContext"], hd["spec"]["template"]["spec"]["securityContext"])
+same("replicas, strategy", (kd["spec"]["replicas"], kd["spec"]["strategy"]), (hd["spec"]["replicas"], hd["spec"]["strategy"]))
+same("mount paths", sorted(m["mountPath"] for m in kc["volumeMounts"]), sorted(m["mountPath"] for m in hc["volumeMounts"]))
+cfg = lambda docs: yaml.safe_load(one(docs, "ConfigMap")["data"]["config.yaml"])
+same("config.yaml", cfg(k), cfg(h))
+kn, hn = one(k, "NetworkPolicy")["spec"], one(h, "NetworkPolicy")["spec"]
+same("NetworkPolicy ingress, egress", (kn["ingress"], kn["egress"], kn["policyTypes"]), (hn["ingress"], hn["egress"], hn["policyTypes"]))
+same("ServiceMonitor endpoints", one(k, "ServiceMonitor")["spec"]["endpoints"], one(h, "ServiceMonitor")["spec"]["endpoints"])
+same("PrometheusRule groups", one(k, "PrometheusRule")["spec"], one(h, "PrometheusRule")["spec"])
+secret = one(h, "Secret")
+if len(str(secret["data"]["token"])) < 64:
+    errors.append("the generated token Secret is shorter than 48 bytes")
+# Switches on: TLS as components/tls does it, labels, the named Secret, RollingUpdate for 2 replicas.
+c = container(on)
+env = {e["name"]: e.get("value") for e in c["env"]}
+if not env.get("REMEDY_TLS_CERT_FILE") or c["readinessProbe"]["httpGet"]["scheme"] != "HTTPS":
+    errors.append("tls.enabled: no TLS env or HTTPS probes")
+if one(on, "ServiceMonitor")["spec"]["endpoints"][0].get("scheme") != "https":
+    errors.append("tls.enabled: the ServiceMonitor does not scrape https")
+one(on, "Certificate")
+for kind in ("ServiceMonitor", "PrometheusRule"):
+    if one(on, kind)["metadata"]["labels"].get("release") != "kube-prometheus-stack":
+        errors.append(f"{kind}: extra label missing")
+if any(d["kind"] == "Secret" for d in on):
+    errors.append("existingSecret set, yet the chart creates a Secret")
+vols = one(on, "Deployment")["spec"]["template"]["spec"]["volumes"]
+if not any(v.get("secret", {}).get("secretName") == "my-token" for v in vols):
+    errors.append("existingSecret is not mounted")
+if one(on, "Deployment")["spec"]["strategy"]["type"] != "RollingUpdate":
+    errors.append("2 replicas: want RollingUpdate")
+# Switches off.
+gone = {d["kind"] for d in off} & {"ServiceMonitor", "PrometheusRule", "NetworkPolicy", "Role", "RoleBinding"}
+if gone:
+    errors.append(f"switched off, still rendered: {sorted(gone)}")
+print("\n".join(errors) or "in step")
+sys.exit(1 if errors else 0)
+PY
+else
+  echo "skip helm lint/template (set HELM to a helm binary)"
+fi
 
 # Optional: validate both config.yaml files with the real binary when one is
 # given (REMEDY=target/debug/remedy scripts/check-ops.sh); off by default so
