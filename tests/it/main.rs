@@ -8,6 +8,7 @@ mod crossplane;
 mod deploy;
 mod episode_recovery;
 mod episodes;
+mod helm;
 mod kube_watch;
 mod leader;
 mod provider_rules;
