@@ -32,15 +32,17 @@ echo "   ready in $(($(date +%s) - _start)) s"
 # podman runs the image tests/it/image.rs checks, helm renders the chart.
 HELM_VERSION=v3.22.0
 
+# runc too: Debian's default runtime, crun 1.8, refuses hosts with hybrid
+# cgroups (v1 controllers plus v2), where runc works.
 install_podman() {
-  command -v podman >/dev/null && return 0
-  echo "== installing Debian package: podman"
+  command -v podman >/dev/null && command -v runc >/dev/null && return 0
+  echo "== installing Debian packages: podman runc"
   if [[ $(id -u) -ne 0 ]]; then
-    echo "need root (or sudo) to apt-get install podman" >&2
+    echo "need root (or sudo) to apt-get install podman runc" >&2
     exit 1
   fi
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc >/dev/null
 }
 
 # Builds helm from its Go module into .tools/ (about 4 min on 2 cores, once;

@@ -9,6 +9,7 @@ mod deploy;
 mod episode_recovery;
 mod episodes;
 mod helm;
+mod image;
 mod kube_watch;
 mod leader;
 mod provider_rules;
