@@ -435,6 +435,13 @@ if [[ -n ${REMEDY:-} ]]; then
   for cfg in deploy/base/config.yaml deploy/components/remedy-sidecar/config.yaml; do
     check "remedy check-config $cfg" "$REMEDY" check-config "$cfg"
   done
+  # The config the chart writes into its ConfigMap.
+  if [[ -s $render_dir/helm.yaml ]]; then
+    "$PYTHON" -c 'import sys, yaml
+cm = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "ConfigMap")
+sys.stdout.write(cm["data"]["config.yaml"])' "$render_dir/helm.yaml" >"$render_dir/helm-config.yaml"
+    check "remedy check-config (the Helm chart's ConfigMap)" "$REMEDY" check-config "$render_dir/helm-config.yaml"
+  fi
 else
   echo "skip remedy check-config (set REMEDY to a remedy binary)"
 fi
