@@ -7,7 +7,9 @@
 #
 # Tools: promtool and amtool (Debian: prometheus, prometheus-alertmanager),
 # kubectl with kustomize v5, python3 with PyYAML. Override with PROMTOOL,
-# AMTOOL, KUBECTL, PYTHON; set REMEDY to also validate the configs with the binary.
+# AMTOOL, KUBECTL, PYTHON; set REMEDY to also validate the configs with the binary,
+# and HELM to also lint and render the chart (deploy/helm/remedy) and compare it
+# with the kustomize base.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -96,6 +98,45 @@ check "alertmanager routes other alerts to default only" \
   "$AMTOOL" config routes test --config.file=deploy/alertmanager/alertmanager.yml \
   --verify.receivers=default alertname=RemedyDown
 
+# The AlertmanagerConfig (Prometheus Operator) is the same route, receiver and
+# inhibit rule as alertmanager.yml.
+check "alertmanagerconfig.yaml matches the remedy route of alertmanager.yml" \
+  "$PYTHON" - deploy/alertmanager/alertmanager.yml deploy/alertmanager/alertmanagerconfig.yaml <<'PY'
+import sys, yaml
+am = yaml.safe_load(open(sys.argv[1]))
+amc = yaml.safe_load(open(sys.argv[2]))
+assert amc["apiVersion"] == "monitoring.coreos.com/v1alpha1" and amc["kind"] == "AlertmanagerConfig"
+route = next(r for r in am["route"]["routes"] if r["receiver"] == "remedy")
+rcv = next(r for r in am["receivers"] if r["name"] == "remedy")["webhook_configs"][0]
+spec = amc["spec"]
+r = spec["route"]
+errors = []
+def matchers(ms):
+    return sorted(f'{m["name"]}{m.get("matchType", "=")}"{m["value"]}"' for m in ms)
+def want(what, have, expect):
+    if have != expect:
+        errors.append(f"{what}: {have!r} != alertmanager.yml's {expect!r}")
+want("route matchers", matchers(r["matchers"]), sorted(route["matchers"]))
+want("groupBy", r["groupBy"], route["group_by"])
+for a, b in (("groupWait", "group_wait"), ("groupInterval", "group_interval"), ("repeatInterval", "repeat_interval"), ("continue", "continue")):
+    want(a, r.get(a), route.get(b))
+hook = next(x for x in spec["receivers"] if x["name"] == r["receiver"])["webhookConfigs"][0]
+want("url", hook["url"], rcv["url"])
+want("sendResolved", hook["sendResolved"], rcv["send_resolved"])
+want("maxAlerts", hook["maxAlerts"], rcv["max_alerts"])
+auth = hook["httpConfig"]["authorization"]
+want("authorization type", auth["type"], rcv["http_config"]["authorization"]["type"])
+secret = rcv["http_config"]["authorization"]["credentials_file"].split("/")[-2:]
+want("token Secret/key", [auth["credentials"]["name"], auth["credentials"]["key"]], secret)
+inh = am["inhibit_rules"][0]
+ir = spec["inhibitRules"][0]
+want("inhibit source", matchers(ir["sourceMatch"]), sorted(inh["source_matchers"]))
+want("inhibit target", matchers(ir["targetMatch"]), sorted(inh["target_matchers"]))
+want("inhibit equal", ir["equal"], inh["equal"])
+print("\n".join(errors) or "in step")
+sys.exit(1 if errors else 0)
+PY
+
 # --- Grafana dashboard --------------------------------------------------------
 # --promtool also parses every panel expression as PromQL.
 check "check-dashboard.py --promtool dashboards/remedy.json" \
@@ -178,6 +219,68 @@ if a != b:
 for e in errors:
     print(e)
 sys.exit(1 if errors else 0)
+PY
+
+# Standalone: one replica that is replaced, never rolled (a rollout would
+# split webhook deliveries); the NetworkPolicy opens the container's port to
+# the namespace the signals URLs point at and lets remedy reach those ports.
+check "standalone: Recreate strategy, NetworkPolicy matches the port and signals" \
+  "$PYTHON" - "$render_dir/deploy_overlays_standalone.yaml" <<'PY'
+import sys, yaml
+from urllib.parse import urlsplit
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+def one(kind, name):
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"want one {kind} {name}, found {len(found)}"
+    return found[0]
+errors = []
+d = one("Deployment", "remedy")
+if d["spec"].get("replicas") == 1 and d["spec"].get("strategy", {}).get("type") != "Recreate":
+    errors.append("one replica without strategy Recreate")
+pod = d["spec"]["template"]
+c = next(c for c in pod["spec"]["containers"] if c["name"] == "remedy")
+cm = one("ConfigMap", pod["spec"]["volumes"][0]["configMap"]["name"])
+cfg = yaml.safe_load(cm["data"]["config.yaml"])
+np = one("NetworkPolicy", "remedy")
+sel = np["spec"]["podSelector"]["matchLabels"]
+if any(pod["metadata"]["labels"].get(k) != v for k, v in sel.items()):
+    errors.append(f"NetworkPolicy podSelector {sel} does not select the pod")
+ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+listen = int(cfg["listen"].rsplit(":", 1)[1])
+for rule in np["spec"]["ingress"]:
+    for p in rule["ports"]:
+        if ports.get(p["port"], p["port"]) != listen:
+            errors.append(f"ingress port {p['port']} is not the listen port {listen}")
+egress = [(r.get("to"), {p["port"] for p in r["ports"]}) for r in np["spec"]["egress"]]
+for key in ("prometheus_url", "alertmanager_url"):
+    u = urlsplit(cfg["signals"][key])
+    host = u.hostname.split(".")
+    ns = host[1] if len(host) > 2 else None
+    ok = any(u.port in ps and (to is None or any(
+        t.get("namespaceSelector", {}).get("matchLabels", {}).get("kubernetes.io/metadata.name") == ns for t in to))
+        for to, ps in egress)
+    if not ok:
+        errors.append(f"no egress rule to {key} {u.geturl()} (namespace {ns}, port {u.port})")
+ingress_ns = {t["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for r in np["spec"]["ingress"] for t in r["from"]}
+sig_ns = {urlsplit(cfg["signals"][k]).hostname.split(".")[1] for k in ("prometheus_url", "alertmanager_url")}
+if ingress_ns != sig_ns:
+    errors.append(f"ingress from {ingress_ns}, but Prometheus/Alertmanager are in {sig_ns}")
+for e in errors:
+    print(e)
+sys.exit(1 if errors else 0)
+PY
+
+# Without the operator's CRDs nothing of monitoring.coreos.com may remain.
+check "standalone-no-operator: no ServiceMonitor or PrometheusRule, the rest as standalone" \
+  "$PYTHON" - "$render_dir/deploy_overlays_standalone.yaml" "$render_dir/deploy_overlays_standalone-no-operator.yaml" <<'PY'
+import sys, yaml
+full, cut = ([d for d in yaml.safe_load_all(open(p)) if d] for p in sys.argv[1:3])
+key = lambda d: (d["apiVersion"], d["kind"], d["metadata"]["name"])
+gone = sorted(set(map(key, full)) - set(map(key, cut)))
+want = [("monitoring.coreos.com/v1", "PrometheusRule", "remedy"), ("monitoring.coreos.com/v1", "ServiceMonitor", "remedy")]
+if gone != want or len(cut) != len(full) - 2:
+    sys.exit(f"dropped {gone}, want exactly {want}")
+print("ok")
 PY
 
 # HTTPS (deploy/components/tls): the certificate cert-manager issues, the
@@ -300,6 +403,120 @@ else
   echo "skip admission policy vs profiles (build target/debug/remedy or set REMEDY)"
 fi
 
+# --- Helm chart ---------------------------------------------------------------
+check "the chart's admission policy is deploy/components/admission-policy's" \
+  cmp deploy/components/admission-policy/policy.yaml deploy/helm/remedy/files/admission-policy.yaml
+
+# Optional (HELM=path, scripts/test sets it): lint and render the chart with
+# its defaults and with every switch flipped, and check that the defaults
+# render what deploy/overlays/standalone does: RBAC rules, container args,
+# security, probes, strategy, config, NetworkPolicy, ServiceMonitor and the
+# PrometheusRule's rules (escaped `{{ }}` included).
+chart=deploy/helm/remedy
+if [[ -n ${HELM:-} ]]; then
+  all_on=(--set tls.enabled=true --set tls.certManager.enabled=true
+    --set serviceMonitor.labels.release=kube-prometheus-stack
+    --set prometheusRule.labels.release=kube-prometheus-stack
+    --set webhookToken.existingSecret=my-token --set replicas=2)
+  all_off=(--set serviceMonitor.enabled=false --set prometheusRule.enabled=false
+    --set networkPolicy.enabled=false --set config.leader_election.enabled=false
+    --set admissionPolicy.enabled=false)
+  check "helm lint $chart" "$HELM" lint --strict "$chart"
+  check "helm lint $chart (TLS, labels, existing Secret, 2 replicas)" "$HELM" lint --strict "$chart" "${all_on[@]}"
+  check "helm lint $chart (operator objects, NetworkPolicy, leader election off)" "$HELM" lint --strict "$chart" "${all_off[@]}"
+  check "helm template $chart" \
+    sh -c '"$1" template remedy "$2" -n remedy-system >"$3"' _ "$HELM" "$chart" "$render_dir/helm.yaml"
+  check "helm template $chart (switches flipped)" \
+    sh -c 'h=$1 c=$2 o=$3; shift 3; "$h" template remedy "$c" -n remedy-system "$@" >"$o"' \
+    _ "$HELM" "$chart" "$render_dir/helm-on.yaml" "${all_on[@]}"
+  check "helm template $chart (switches off)" \
+    sh -c 'h=$1 c=$2 o=$3; shift 3; "$h" template remedy "$c" -n remedy-system "$@" >"$o"' \
+    _ "$HELM" "$chart" "$render_dir/helm-off.yaml" "${all_off[@]}"
+  check "helm chart renders what kustomize renders (RBAC, args, config, policy, monitoring)" \
+    "$PYTHON" - "$render_dir/deploy_overlays_standalone.yaml" "$render_dir/helm.yaml" \
+    "$render_dir/helm-on.yaml" "$render_dir/helm-off.yaml" <<'PY'
+import sys, yaml
+def load(path):
+    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    if not docs:
+        sys.exit(f"{path}: nothing rendered")
+    return docs
+k, h, on, off = (load(p) for p in sys.argv[1:5])
+def one(docs, kind):
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"want one {kind}, found {len(found)}"
+    return found[0]
+def container(docs):
+    return one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+errors = []
+def same(what, a, b):
+    if a != b:
+        errors.append(f"{what}:\n  kustomize {a!r}\n  helm      {b!r}")
+# The chart leaves the namespace to `helm install --create-namespace` and
+# creates the token Secret, which kustomize leaves to the user.
+same("kinds", sorted(d["kind"] for d in k if d["kind"] != "Namespace"), sorted(d["kind"] for d in h if d["kind"] != "Secret"))
+for kind in ("ClusterRole", "Role"):
+    same(f"{kind} rules", one(k, kind)["rules"], one(h, kind)["rules"])
+kd, hd = one(k, "Deployment"), one(h, "Deployment")
+kc, hc = container(k), container(h)
+for key in ("args", "ports", "securityContext", "resources", "env"):
+    same(f"container {key}", kc.get(key), hc.get(key))
+for probe in ("livenessProbe", "readinessProbe"):
+    a, b = dict(kc[probe]), dict(hc[probe])
+    a["httpGet"] = {**a["httpGet"], "scheme": a["httpGet"].get("scheme", "HTTP")}
+    same(probe, a, b)
+same("pod securityContext", kd["spec"]["template"]["spec"]["securityContext"], hd["spec"]["template"]["spec"]["securityContext"])
+same("replicas, strategy", (kd["spec"]["replicas"], kd["spec"]["strategy"]), (hd["spec"]["replicas"], hd["spec"]["strategy"]))
+same("mount paths", sorted(m["mountPath"] for m in kc["volumeMounts"]), sorted(m["mountPath"] for m in hc["volumeMounts"]))
+cfg = lambda docs: yaml.safe_load(one(docs, "ConfigMap")["data"]["config.yaml"])
+same("config.yaml", cfg(k), cfg(h))
+kn, hn = one(k, "NetworkPolicy")["spec"], one(h, "NetworkPolicy")["spec"]
+same("NetworkPolicy ingress, egress", (kn["ingress"], kn["egress"], kn["policyTypes"]), (hn["ingress"], hn["egress"], hn["policyTypes"]))
+same("ServiceMonitor endpoints", one(k, "ServiceMonitor")["spec"]["endpoints"], one(h, "ServiceMonitor")["spec"]["endpoints"])
+same("PrometheusRule groups", one(k, "PrometheusRule")["spec"], one(h, "PrometheusRule")["spec"])
+# kustomize re-folds the policy's multi-line CEL; whitespace means nothing there.
+def squash(v):
+    if isinstance(v, str):
+        return " ".join(v.split())
+    if isinstance(v, list):
+        return [squash(x) for x in v]
+    if isinstance(v, dict):
+        return {key: squash(x) for key, x in v.items()}
+    return v
+for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+    same(f"{kind} spec", squash(one(k, kind)["spec"]), squash(one(h, kind)["spec"]))
+secret = one(h, "Secret")
+if len(str(secret["data"]["token"])) < 64:
+    errors.append("the generated token Secret is shorter than 48 bytes")
+# Switches on: TLS as components/tls does it, labels, the named Secret, RollingUpdate for 2 replicas.
+c = container(on)
+env = {e["name"]: e.get("value") for e in c["env"]}
+if not env.get("REMEDY_TLS_CERT_FILE") or c["readinessProbe"]["httpGet"]["scheme"] != "HTTPS":
+    errors.append("tls.enabled: no TLS env or HTTPS probes")
+if one(on, "ServiceMonitor")["spec"]["endpoints"][0].get("scheme") != "https":
+    errors.append("tls.enabled: the ServiceMonitor does not scrape https")
+one(on, "Certificate")
+for kind in ("ServiceMonitor", "PrometheusRule"):
+    if one(on, kind)["metadata"]["labels"].get("release") != "kube-prometheus-stack":
+        errors.append(f"{kind}: extra label missing")
+if any(d["kind"] == "Secret" for d in on):
+    errors.append("existingSecret set, yet the chart creates a Secret")
+vols = one(on, "Deployment")["spec"]["template"]["spec"]["volumes"]
+if not any(v.get("secret", {}).get("secretName") == "my-token" for v in vols):
+    errors.append("existingSecret is not mounted")
+if one(on, "Deployment")["spec"]["strategy"]["type"] != "RollingUpdate":
+    errors.append("2 replicas: want RollingUpdate")
+# Switches off.
+gone = {d["kind"] for d in off} & {"ServiceMonitor", "PrometheusRule", "NetworkPolicy", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+if gone:
+    errors.append(f"switched off, still rendered: {sorted(gone)}")
+print("\n".join(errors) or "in step")
+sys.exit(1 if errors else 0)
+PY
+else
+  echo "skip helm lint/template (set HELM to a helm binary)"
+fi
+
 # Optional: validate both config.yaml files with the real binary when one is
 # given (REMEDY=target/debug/remedy scripts/check-ops.sh); off by default so
 # these checks need no Rust build.
@@ -307,6 +524,13 @@ if [[ -n ${REMEDY:-} ]]; then
   for cfg in deploy/base/config.yaml deploy/components/remedy-sidecar/config.yaml; do
     check "remedy check-config $cfg" "$REMEDY" check-config "$cfg"
   done
+  # The config the chart writes into its ConfigMap.
+  if [[ -s $render_dir/helm.yaml ]]; then
+    "$PYTHON" -c 'import sys, yaml
+cm = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "ConfigMap")
+sys.stdout.write(cm["data"]["config.yaml"])' "$render_dir/helm.yaml" >"$render_dir/helm-config.yaml"
+    check "remedy check-config (the Helm chart's ConfigMap)" "$REMEDY" check-config "$render_dir/helm-config.yaml"
+  fi
 else
   echo "skip remedy check-config (set REMEDY to a remedy binary)"
 fi

@@ -53,6 +53,7 @@ sigs.k8s.io/cluster-api-provider-aws/v2@$CAPA config/crd/bases/infrastructure.cl
 github.com/crossplane-contrib/provider-kubernetes@$XP_KUBERNETES package/crds/kubernetes.m.crossplane.io_objects.yaml
 github.com/prometheus-operator/prometheus-operator@$PROM_OPERATOR example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml
 github.com/prometheus-operator/prometheus-operator@$PROM_OPERATOR example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml
+github.com/prometheus-operator/prometheus-operator@$PROM_OPERATOR example/prometheus-operator-crd/monitoring.coreos.com_alertmanagerconfigs.yaml
 github.com/cert-manager/cert-manager@$CERT_MANAGER deploy/crds/cert-manager.io_certificates.yaml
 github.com/cert-manager/cert-manager@$CERT_MANAGER deploy/crds/cert-manager.io_issuers.yaml
 EOF

@@ -41,6 +41,7 @@ async fn every_overlay_passes_a_server_side_dry_run() {
         "deploy/overlays/standalone",
         "deploy/overlays/standalone-tls",
         "deploy/overlays/standalone-namespaced",
+        "deploy/overlays/standalone-no-operator",
         "deploy/overlays/sidecar",
     ] {
         let objects = render(overlay);
@@ -53,30 +54,7 @@ async fn every_overlay_passes_a_server_side_dry_run() {
         let (namespaces, rest): (Vec<_>, Vec<_>) = objects
             .into_iter()
             .partition(|o| o.types.as_ref().is_some_and(|t| t.kind == "Namespace"));
-        // The sidecar overlay patches a controller in its own namespace,
-        // which exists in any real cluster: make it exist here.
-        for ns in rest.iter().filter_map(|o| o.metadata.namespace.clone()) {
-            let body: k8s_openapi::api::core::v1::Namespace =
-                serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))
-                    .expect("namespace");
-            Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-                .patch(
-                    &ns,
-                    &PatchParams::apply("remedy-deploy-check"),
-                    &Patch::Apply(&body),
-                )
-                .await
-                .expect("namespace");
-        }
-        let mut kinds = Vec::new();
-        for (dry, objs) in [(false, namespaces), (true, rest)] {
-            for obj in objs {
-                let kind = apply_manifest(&client, &discovery, obj, None, dry)
-                    .await
-                    .unwrap_or_else(|e| panic!("{overlay}: {e}"));
-                kinds.push(kind);
-            }
-        }
+        let kinds = apply_all(&client, &discovery, overlay, namespaces, rest).await;
         for want in [
             "Deployment",
             "ClusterRole",
@@ -84,18 +62,94 @@ async fn every_overlay_passes_a_server_side_dry_run() {
             "Role",
             "RoleBinding",
             "ConfigMap",
-            "ServiceMonitor",
-            "PrometheusRule",
         ] {
             assert!(
                 kinds.iter().any(|k| k == want),
                 "{overlay}: no {want} in {kinds:?}"
             );
         }
+        // The operator's objects, except where the component drops them.
+        let operator = !overlay.ends_with("-no-operator");
+        for want in ["ServiceMonitor", "PrometheusRule"] {
+            assert_eq!(
+                kinds.iter().any(|k| k == want),
+                operator,
+                "{overlay}: {want} in {kinds:?}"
+            );
+        }
+        // The sidecar's policy would cover the controller's own ports.
+        assert_eq!(
+            kinds.iter().any(|k| k == "NetworkPolicy"),
+            overlay != "deploy/overlays/sidecar",
+            "{overlay}: NetworkPolicy in {kinds:?}"
+        );
         if overlay.ends_with("-tls") {
             for want in ["Certificate", "Issuer"] {
                 assert!(kinds.iter().any(|k| k == want), "{overlay}: no {want}");
             }
         }
     }
+}
+
+/// Applies `namespaces` for real (a dry run into a missing namespace fails)
+/// and `rest` as a server-side dry run; returns the kinds applied.
+pub(crate) async fn apply_all(
+    client: &kube::Client,
+    discovery: &Discovery,
+    what: &str,
+    namespaces: Vec<DynamicObject>,
+    rest: Vec<DynamicObject>,
+) -> Vec<String> {
+    ensure_namespaces(client, &rest).await;
+    let mut kinds = Vec::new();
+    for (dry, objs) in [(false, namespaces), (true, rest)] {
+        for obj in objs {
+            let kind = apply_manifest(client, discovery, obj, None, dry)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            kinds.push(kind);
+        }
+    }
+    kinds
+}
+
+/// Creates the namespaces `objects` live in: in a real cluster they exist
+/// (a controller's, Alertmanager's) or the user creates them first.
+pub(crate) async fn ensure_namespaces(client: &kube::Client, objects: &[DynamicObject]) {
+    for ns in objects.iter().filter_map(|o| o.metadata.namespace.clone()) {
+        let body: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))
+                .expect("namespace");
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .patch(
+                &ns,
+                &PatchParams::apply("remedy-deploy-check"),
+                &Patch::Apply(&body),
+            )
+            .await
+            .expect("namespace");
+    }
+}
+
+/// The Prometheus Operator form of the Alertmanager receiver is valid for
+/// the real AlertmanagerConfig CRD (v1alpha1, from prometheus-operator).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_alertmanagerconfig_passes_a_server_side_dry_run() {
+    let client = TestCluster::shared().client().await;
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("discovery");
+    let text = std::fs::read_to_string(repo().join("deploy/alertmanager/alertmanagerconfig.yaml"))
+        .expect("alertmanagerconfig.yaml");
+    let obj: DynamicObject = serde_yaml_ng::from_str(&text).expect("object");
+    let kinds = apply_all(
+        &client,
+        &discovery,
+        "alertmanagerconfig.yaml",
+        vec![],
+        vec![obj],
+    )
+    .await;
+    assert_eq!(kinds, ["AlertmanagerConfig"]);
 }

@@ -10,6 +10,8 @@ mod deploy;
 mod episode_recovery;
 mod episodes;
 mod events_rbac;
+mod helm;
+mod image;
 mod initial_list;
 mod kube_watch;
 mod leader;

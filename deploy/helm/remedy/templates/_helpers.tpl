@@ -1,0 +1,50 @@
+{{/* The release name, or "<release>-remedy" unless it already says remedy. */}}
+{{- define "remedy.fullname" -}}
+{{- if contains "remedy" .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-remedy" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "remedy.selectorLabels" -}}
+app.kubernetes.io/name: remedy
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "remedy.labels" -}}
+{{ include "remedy.selectorLabels" . }}
+app.kubernetes.io/part-of: remedy
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "remedy.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "remedy.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "remedy.tokenSecret" -}}
+{{- default .Values.webhookToken.name .Values.webhookToken.existingSecret -}}
+{{- end -}}
+
+{{/* The container port: the port of config.listen. */}}
+{{- define "remedy.port" -}}
+{{- splitList ":" .Values.config.listen | last -}}
+{{- end -}}
+
+{{/* The config file: values.config plus what the chart decides (token path, lease namespace). */}}
+{{- define "remedy.config" -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- $_ := set $cfg "webhook" (merge (dict "token_file" "/var/run/secrets/remedy/webhook/token") (default (dict) $cfg.webhook)) -}}
+{{- $le := default (dict) $cfg.leader_election -}}
+{{- if not $le.namespace -}}
+{{- $_ := set $le "namespace" .Release.Namespace -}}
+{{- end -}}
+{{- $_ := set $cfg "leader_election" $le -}}
+{{- toYaml $cfg -}}
+{{- end -}}
