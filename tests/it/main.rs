@@ -8,6 +8,7 @@ mod crossplane;
 mod deploy;
 mod episode_recovery;
 mod episodes;
+mod exposition;
 mod initial_list;
 mod kube_watch;
 mod leader;
