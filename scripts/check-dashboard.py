@@ -104,6 +104,21 @@ def check_rate_windows(expr, where, problems):
                 problems.add(where, f"{m.group(1)}() window [{r}] must be [$__rate_interval]")
 
 
+# Every selector names its target: several remedy deployments (clusters,
+# jobs, replicas) can share one Prometheus. The variable's own query may
+# only filter on the variables before it.
+SCOPE = (("cluster", '"$cluster"'), ("job", '"$job"'), ("instance", '"$instance"'))
+SELECTOR_RE = re.compile(r"\b(remedy_\w+|up)\b(?!\s*\()(\{[^}]*\})?")
+
+
+def check_scope(expr, where, problems, scope=SCOPE):
+    for m in SELECTOR_RE.finditer(expr):
+        inner = m.group(2) or ""
+        for label, value in scope:
+            if f"{label}=~{value}" not in inner:
+                problems.add(where, f"{m.group(0)} has no {label}=~{value} matcher")
+
+
 def substitute(expr, variables, where, problems):
     """Replace variables with values that make the expression plain PromQL."""
     for m in MATCHER_RE.finditer(expr):
@@ -117,7 +132,7 @@ def substitute(expr, variables, where, problems):
         if name in BUILTINS:
             return BUILTINS[name]
         if name in variables:
-            return ALL_VALUE
+            return variables[name]
         problems.add(where, f"unknown variable ${name}")
         return m.group(0)
 
@@ -141,18 +156,35 @@ def check_dashboard(dash, problems):
         if v.get("name") != "datasource" or v.get("query") != "prometheus":
             problems.add("templating", f'datasource variable must be name "datasource", query "prometheus"; '
                                        f'got name {v.get("name")!r}, query {v.get("query")!r}')
-    query_vars = set()
-    for v in variables:
+    if dash.get("editable") is not False:
+        problems.add("dashboard", "editable must be false (provisioned: edits would be lost)")
+    names = [v.get("name") for v in variables if v.get("type") == "query"]
+    if names[:3] != ["cluster", "job", "instance"]:
+        problems.add("templating", f"want query variables cluster, job, instance first; got {names}")
+    # Substituted value: "All" (.*) where offered, else the default.
+    query_vars = {}
+    for i, v in enumerate(variables):
         if v.get("type") != "query":
             continue
         where = f'variable {v.get("name")}'
-        query_vars.add(v.get("name"))
+        current = (v.get("current") or {}).get("value")
+        if v.get("includeAll"):
+            query_vars[v.get("name")] = ALL_VALUE
+        elif isinstance(current, str) and current:
+            query_vars[v.get("name")] = current
+        else:
+            problems.add(where, "no All and no current value")
+        name = v.get("name")
+        scope_names = [s[0] for s in SCOPE]
+        own = SCOPE[: scope_names.index(name)] if name in scope_names else SCOPE
         if datasource_uid(v.get("datasource")) != DATASOURCE_REF:
             problems.add(where, f"datasource must be {DATASOURCE_REF}")
         q = v.get("query")
         q = q.get("query") if isinstance(q, dict) else q
         if not isinstance(q, str) or not re.fullmatch(r"label_values\(.+,\s*\w+\s*\)", q.strip()):
             problems.add(where, f"query {q!r} is not label_values(<selector>, <label>)")
+        else:
+            check_scope(q, where, problems, own)
         if v.get("includeAll") and v.get("allValue") != ALL_VALUE:
             problems.add(where, f'includeAll needs allValue "{ALL_VALUE}" so new values match')
 
@@ -186,6 +218,7 @@ def check_dashboard(dash, problems):
                 problems.add(twhere, "empty expr")
                 continue
             check_rate_windows(expr, twhere, problems)
+            check_scope(expr, twhere, problems)
             targets.append({
                 "panel_id": p.get("id"),
                 "panel": p.get("title", ""),

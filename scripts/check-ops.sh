@@ -23,7 +23,7 @@ passed=0
 failed=0
 failures=()
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log" "$log.rules.yml"' EXIT
 
 # check NAME CMD...: run CMD quietly, show its output only when it fails.
 check() {
@@ -58,6 +58,12 @@ check "promtool check rules alerts/remedy.rules.yml" \
   "$PROMTOOL" check rules alerts/remedy.rules.yml
 check "promtool test rules alerts/tests/remedy.test.yml" \
   "$PROMTOOL" test rules alerts/tests/remedy.test.yml
+check "gen-alerts.py --check (alerts/remedy.rules.yml rendered from its template)" \
+  "$PYTHON" scripts/gen-alerts.py --check
+# Another selector (mixin-style) must render rules promtool accepts.
+check "gen-alerts.py --selector 'job=\"remedy\",cluster=\"eu-1\"' renders valid rules" \
+  sh -c '"$1" scripts/gen-alerts.py --selector '"'"'job="remedy",cluster="eu-1"'"'"' --stdout >"$3" && "$2" check rules "$3"' \
+  _ "$PYTHON" "$PROMTOOL" "$log.rules.yml"
 check "gen-prometheusrule.py --check (deploy/base/prometheusrule.yaml up to date)" \
   "$PYTHON" scripts/gen-prometheusrule.py --check
 
@@ -141,12 +147,14 @@ PY
 # --promtool also parses every panel expression as PromQL.
 check "check-dashboard.py --promtool dashboards/remedy.json" \
   "$PYTHON" scripts/check-dashboard.py --promtool dashboards/remedy.json
+check "gen-dashboard-manifests.py --check (deploy/grafana up to date)" \
+  "$PYTHON" scripts/gen-dashboard-manifests.py --check
 
 # --- Kustomize ----------------------------------------------------------------
 # Every Kustomization under deploy/ must render; Components only render
 # through an overlay that includes them.
 render_dir=$(mktemp -d)
-trap 'rm -f "$log"; rm -rf "$render_dir"' EXIT
+trap 'rm -f "$log" "$log.rules.yml"; rm -rf "$render_dir"' EXIT
 while IFS= read -r k; do
   dir=$(dirname "$k")
   grep -q '^kind: Component' "$k" && continue

@@ -91,6 +91,7 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     // anything connects or listens.
     let tls_config = cfg.tls.as_ref().map(tls::load).transpose()?;
     let metrics = Arc::new(Metrics::new(cfg.max_resource_series));
+    metrics.preset(&crate::metrics::Known::from_config(&cfg, &v.profiles));
     if let Some(t) = &tls_config {
         metrics.tls_expiry.set(t.certs.not_after().unwrap_or(0));
         tokio::spawn(reload_certificates(

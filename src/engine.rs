@@ -910,7 +910,8 @@ impl Engine {
                 .get(&key)
                 .and_then(|e| self.store.profiles().get(e.profile).cloned());
             if let Some(profile) = profile {
-                let span = tracing::info_span!("goal", resource = %key, goal = goal.label(), trace_id = %trace_id());
+                let span = tracing::info_span!("goal", resource = %key, goal = goal.label(), trace_id = tracing::field::Empty);
+                crate::telemetry::record_trace_id(&span);
                 match self
                     .executor
                     .run(&profile, &key, &goal)
@@ -944,11 +945,6 @@ fn has_work(profile: &Profile, e: &Entry) -> bool {
     e.failure.is_some()
         || (profile.has_native_counter()
             && (view.crash_count.is_some_and(|n| n > 0) || view.failure_time.is_some()))
-}
-
-/// A short random id that ties the log lines of one goal together.
-fn trace_id() -> String {
-    format!("{:016x}", rand::random::<u64>())
 }
 
 #[cfg(test)]

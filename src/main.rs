@@ -89,11 +89,21 @@ fn main() -> ExitCode {
         let _in_runtime = rt.enter();
         remedy::telemetry::init(cli.log_format == "json")
     };
-    if let Err(e) = telemetry {
-        eprintln!("error: {e}");
-        return ExitCode::FAILURE;
-    }
-    match cli.command {
+    let telemetry = match telemetry {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = run(cli.command, &rt);
+    // Outside block_on, with the runtime still up: the exporter needs it.
+    telemetry.shutdown();
+    code
+}
+
+fn run(command: Command, rt: &tokio::runtime::Runtime) -> ExitCode {
+    match command {
         Command::Serve {
             config,
             tls_cert_file,
@@ -133,14 +143,14 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Status { url } => run_async(&rt, remedy::cli::status(&url)),
+        Command::Status { url } => run_async(rt, remedy::cli::status(&url)),
         Command::Clear {
             target,
             config,
             dry_run,
             require_cleared,
         } => match Config::load(&config) {
-            Ok(v) => run_async(&rt, async move {
+            Ok(v) => run_async(rt, async move {
                 remedy::cli::clear(&v, &target, dry_run, require_cleared.as_deref()).await
             }),
             Err(e) => {

@@ -3,7 +3,7 @@
 //! Per-resource series are bounded by `max_resource_series`.
 
 use crate::view::ResourceKey;
-use prometheus_client::encoding::{EncodeLabelSet, text};
+use prometheus_client::encoding::{EncodeLabelSet, prometheus_text, text};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -16,6 +16,45 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{PoisonError, RwLock};
 
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Exposition format of a scrape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    OpenMetrics,
+    /// Prometheus text 0.0.4: what `promtool check metrics`, older
+    /// Prometheus and most other scrapers read.
+    Text004,
+}
+
+impl Format {
+    /// OpenMetrics when the `Accept` header accepts it (Prometheus asks for
+    /// it first), text 0.0.4 otherwise (curl, promtool, other agents).
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        let accepts_openmetrics = accept.unwrap_or("").split(',').any(|range| {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or("").trim();
+            media.eq_ignore_ascii_case("application/openmetrics-text")
+                && !parts.any(|p| {
+                    p.trim()
+                        .strip_prefix("q=")
+                        .and_then(|q| q.trim().parse::<f32>().ok())
+                        == Some(0.0)
+                })
+        });
+        if accepts_openmetrics {
+            Self::OpenMetrics
+        } else {
+            Self::Text004
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::OpenMetrics => CONTENT_TYPE,
+            Self::Text004 => prometheus_text::CONTENT_TYPE,
+        }
+    }
+}
 
 type FGauge = Gauge<f64, AtomicU64>;
 
@@ -161,9 +200,11 @@ impl ResourceValues {
     }
 }
 
-const CRASH_COUNT: &str = "remedy_resource_crash_count";
+// Not `_crash_count`: a `_count` suffix is reserved for histograms and
+// summaries, and `promtool check metrics` rejects it.
+const CRASHES: &str = "remedy_resource_crashes";
 // prometheus-client appends a full stop to every help text; so do these.
-const CRASH_COUNT_HELP: &str = "Crash (failure) count of a failing resource.";
+const CRASHES_HELP: &str = "Crash (failure) count of a failing resource.";
 const BACKOFF_DELAY: &str = "remedy_resource_backoff_delay_seconds";
 const BACKOFF_DELAY_HELP: &str =
     "Backoff delay for the resource's crash count: min(base*2^n, cap).";
@@ -205,6 +246,92 @@ fn push_f64(out: &mut String, v: f64) -> std::fmt::Result {
         write!(out, "{v:?}")?;
     }
     Ok(())
+}
+
+/// Label values remedy writes, pre-set to 0 by [`Metrics::preset`]: a
+/// counter that first appears at 1 is invisible to `increase()`/`rate()`,
+/// so the first burst of failures would not alert. Tests keep these in step
+/// with the code that writes them.
+pub mod values {
+    /// `Step::action` and `Goal::label` (a goal skipped as a whole).
+    pub const ACTIONS: &[&str] = &[
+        "hold",
+        "release",
+        "unpause",
+        "clear_failure",
+        "reset_counters",
+        "skip_remediation",
+        "remediate",
+    ];
+    /// `execute.rs` results, including `ExecError::label`.
+    pub const ACTION_RESULTS: &[&str] = &[
+        "success",
+        "dry_run",
+        "skipped",
+        "conflict",
+        "error",
+        "forbidden",
+        "not_leader",
+    ];
+    pub const WEBHOOK_STATUSES: &[&str] = &["firing", "resolved", "invalid"];
+    pub const WEBHOOK_RESULTS: &[&str] = &[
+        "accepted",
+        "duplicate",
+        "ignored",
+        "rejected",
+        "unauthorized",
+        "too_large",
+        "overloaded",
+    ];
+    pub const SIGNAL_RESULTS: &[&str] = &["ok", "error", "timeout", "malformed"];
+    pub const WATCH_TYPES: &[&str] = &[
+        "init",
+        "init_apply",
+        "init_done",
+        "apply",
+        "delete",
+        "expired",
+        "error",
+    ];
+    /// `episodes::Refusal::label`.
+    pub const REFUSALS: &[&str] = &["cluster_wide", "full", "unproven", "over_cap"];
+    pub const TLS_RELOADS: &[&str] = &["reloaded", "error"];
+}
+
+/// What the configuration says remedy will export, for [`Metrics::preset`].
+#[derive(Clone, Debug, Default)]
+pub struct Known {
+    /// Watched kinds.
+    pub kinds: Vec<String>,
+    /// Configured alert names.
+    pub alerts: Vec<String>,
+    /// `signals::PROMETHEUS` / `ALERTMANAGER`, those configured.
+    pub signal_targets: Vec<&'static str>,
+    pub webhook: bool,
+    pub tls: bool,
+}
+
+impl Known {
+    pub fn from_config(cfg: &crate::config::Config, profiles: &[crate::profile::Profile]) -> Self {
+        let mut kinds: Vec<String> = profiles.iter().map(|p| p.kind.clone()).collect();
+        kinds.sort();
+        kinds.dedup();
+        // Alertmanager is only queried alongside Prometheus (verify.rs).
+        let mut signal_targets = Vec::new();
+        if cfg.signals.prometheus_url.is_some() {
+            signal_targets.push(crate::signals::PROMETHEUS);
+            if cfg.signals.alertmanager_url.is_some() {
+                signal_targets.push(crate::signals::ALERTMANAGER);
+            }
+        }
+        Self {
+            kinds,
+            alerts: cfg.alerts.iter().map(|a| a.alertname.clone()).collect(),
+            signal_targets,
+            webhook: cfg.webhook.token_file.is_some(),
+            tls: cfg.tls.is_some(),
+        }
+    }
 }
 
 fn action_histogram() -> Histogram {
@@ -423,6 +550,64 @@ impl Metrics {
         Self { registry, ..m }
     }
 
+    /// Creates every counter series with a known label set at 0.
+    pub fn preset(&self, known: &Known) {
+        use values::*;
+        for &action in ACTIONS {
+            for &result in ACTION_RESULTS {
+                self.actions
+                    .get_or_create(&ActionLabels { action, result })
+                    .inc_by(0);
+            }
+        }
+        if known.webhook {
+            for &status in WEBHOOK_STATUSES {
+                for &result in WEBHOOK_RESULTS {
+                    self.webhook
+                        .get_or_create(&WebhookLabels { status, result })
+                        .inc_by(0);
+                }
+            }
+        }
+        for &target in &known.signal_targets {
+            for &result in SIGNAL_RESULTS {
+                self.signal_queries
+                    .get_or_create(&SignalLabels { target, result })
+                    .inc_by(0);
+            }
+        }
+        for kind in &known.kinds {
+            for &r#type in WATCH_TYPES {
+                self.watch_events
+                    .get_or_create(&WatchLabels {
+                        kind: kind.clone(),
+                        r#type,
+                    })
+                    .inc_by(0);
+            }
+            self.releases
+                .get_or_create(&KindLabels { kind: kind.clone() })
+                .inc_by(0);
+        }
+        for alert in &known.alerts {
+            for &reason in REFUSALS {
+                self.episodes_refused
+                    .get_or_create(&EpisodeLabels {
+                        alert: alert.clone(),
+                        reason,
+                    })
+                    .inc_by(0);
+            }
+        }
+        if known.tls {
+            for &result in TLS_RELOADS {
+                self.tls_reloads
+                    .get_or_create(&ResultLabels { result })
+                    .inc_by(0);
+            }
+        }
+    }
+
     /// Sets the per-resource series, unless the bound is reached (then the
     /// drop is counted, so the truncation is visible).
     pub fn set_resource(&self, key: &ResourceKey, crash_count: i64, backoff_seconds: f64) {
@@ -497,12 +682,22 @@ impl Metrics {
             .inc();
     }
 
+    /// OpenMetrics exposition.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        self.encode_as(Format::OpenMetrics)
+    }
+
+    pub fn encode_as(&self, format: Format) -> Result<String, std::fmt::Error> {
         // A 20 MiB body that grows by doubling copies itself ~twice over.
         let mut out = String::with_capacity(self.last_encoded.load(Ordering::Relaxed) + 4096);
-        text::encode_registry(&mut out, &self.registry)?;
-        self.encode_resource_series(&mut out)?;
-        text::encode_eof(&mut out)?;
+        match format {
+            Format::OpenMetrics => text::encode_registry(&mut out, &self.registry)?,
+            Format::Text004 => prometheus_text::encode(&mut out, &self.registry)?,
+        }
+        self.encode_resource_series(&mut out, format)?;
+        if format == Format::OpenMetrics {
+            text::encode_eof(&mut out)?;
+        }
         self.last_encoded.store(out.len(), Ordering::Relaxed);
         Ok(out)
     }
@@ -511,18 +706,21 @@ impl Metrics {
     /// encoder costs ~500 ns a sample (a dynamic write per token), ~100 ms a
     /// scrape at 100k resources (benches/load.rs). Same text as it writes;
     /// `resource_series_match_prometheus_client` checks that.
-    fn encode_resource_series(&self, out: &mut String) -> std::fmt::Result {
+    /// Sample lines are the same in both formats; 0.0.4 has no `# UNIT`.
+    fn encode_resource_series(&self, out: &mut String, format: Format) -> std::fmt::Result {
         // Map operations cannot panic midway, so a poisoned map is intact.
         let series = self.tracked.read().unwrap_or_else(PoisonError::into_inner);
-        writeln!(out, "# HELP {CRASH_COUNT} {CRASH_COUNT_HELP}")?;
-        writeln!(out, "# TYPE {CRASH_COUNT} gauge")?;
+        writeln!(out, "# HELP {CRASHES} {CRASHES_HELP}")?;
+        writeln!(out, "# TYPE {CRASHES} gauge")?;
         for (k, v) in series.iter() {
-            push_labels(out, CRASH_COUNT, k, v);
+            push_labels(out, CRASHES, k, v);
             writeln!(out, "{}", v.crash_count.load(Ordering::Relaxed))?;
         }
         writeln!(out, "# HELP {BACKOFF_DELAY} {BACKOFF_DELAY_HELP}")?;
         writeln!(out, "# TYPE {BACKOFF_DELAY} gauge")?;
-        writeln!(out, "# UNIT {BACKOFF_DELAY} seconds")?;
+        if format == Format::OpenMetrics {
+            writeln!(out, "# UNIT {BACKOFF_DELAY} seconds")?;
+        }
         for (k, v) in series.iter() {
             push_labels(out, BACKOFF_DELAY, k, v);
             push_f64(
@@ -576,7 +774,7 @@ mod tests {
         assert_eq!(
             value(
                 &text,
-                r#"remedy_resource_crash_count{namespace="default",kind="Machine",name="m-1"}"#
+                r#"remedy_resource_crashes{namespace="default",kind="Machine",name="m-1"}"#
             ),
             Some(3.0)
         );
@@ -642,7 +840,7 @@ mod tests {
         let delay: Family<ResourceLabels, FGauge> = Family::default();
         let mut reference = Registry::default();
         let help = |h: &'static str| h.trim_end_matches('.');
-        reference.register(CRASH_COUNT, help(CRASH_COUNT_HELP), crash.clone());
+        reference.register(CRASHES, help(CRASHES_HELP), crash.clone());
         reference.register_with_unit(
             "remedy_resource_backoff_delay",
             help(BACKOFF_DELAY_HELP),
@@ -671,11 +869,188 @@ mod tests {
         let mut want = String::new();
         text::encode_registry(&mut want, &reference).unwrap();
         let mut got = String::new();
-        m.encode_resource_series(&mut got).unwrap();
+        m.encode_resource_series(&mut got, Format::OpenMetrics)
+            .unwrap();
         assert_eq!(families(&got), families(&want), "{got}\n---\n{want}");
         // And inside the full exposition, before the EOF marker.
         let full = m.encode().unwrap();
         assert!(full.contains(&got) && full.ends_with(&format!("{got}# EOF\n")));
+
+        // Text 0.0.4: the same against prometheus-client's 0.0.4 encoder.
+        let mut want = String::new();
+        prometheus_text::encode(&mut want, &reference).unwrap();
+        let mut got = String::new();
+        m.encode_resource_series(&mut got, Format::Text004).unwrap();
+        assert_eq!(families(&got), families(&want), "{got}\n---\n{want}");
+        let full = m.encode_as(Format::Text004).unwrap();
+        assert!(full.ends_with(&got));
+    }
+
+    #[test]
+    fn text_004_has_no_openmetrics_only_lines() {
+        let m = Metrics::new(10);
+        m.set_resource(&ResourceKey::new("Machine", "default", "m-1"), 3, 480.0);
+        m.action("unpause", "success");
+        let t = m.encode_as(Format::Text004).unwrap();
+        assert!(!t.contains("# EOF") && !t.contains("# UNIT"), "{t}");
+        // Info is a gauge in 0.0.4; counters are typed under their _total name.
+        assert!(t.contains("# TYPE remedy_build_info gauge\n"), "{t}");
+        assert!(t.contains("# TYPE remedy_actions_total counter\n"), "{t}");
+        assert_eq!(
+            value(
+                &t,
+                r#"remedy_actions_total{action="unpause",result="success"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                r#"remedy_resource_crashes{namespace="default",kind="Machine",name="m-1"}"#
+            ),
+            Some(3.0)
+        );
+    }
+
+    #[test]
+    fn accept_header_selects_the_format() {
+        // What Prometheus 2.42 sends.
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::negotiate(Some(prometheus)), Format::OpenMetrics);
+        assert_eq!(
+            Format::negotiate(Some(
+                "text/plain;q=0.5, Application/OpenMetrics-Text ; q=0.2"
+            )),
+            Format::OpenMetrics
+        );
+        for text in [
+            None,
+            Some(""),
+            Some("*/*"),
+            Some("text/plain;version=0.0.4"),
+            Some("application/openmetrics-text;q=0, text/plain"),
+            Some("application/json"),
+        ] {
+            assert_eq!(Format::negotiate(text), Format::Text004, "{text:?}");
+        }
+        assert_eq!(
+            Format::Text004.content_type(),
+            "text/plain; version=0.0.4; charset=utf-8"
+        );
+    }
+
+    #[test]
+    fn preset_counters_start_at_zero_for_known_labels() {
+        let m = Metrics::new(10);
+        m.preset(&Known {
+            kinds: vec!["Machine".into()],
+            alerts: vec!["CloudAPIDegraded".into()],
+            signal_targets: vec![crate::signals::PROMETHEUS],
+            webhook: true,
+            tls: false,
+        });
+        let t = m.encode_as(Format::Text004).unwrap();
+        for series in [
+            r#"remedy_actions_total{action="unpause",result="error"}"#,
+            r#"remedy_actions_total{action="remediate",result="skipped"}"#,
+            r#"remedy_webhook_notifications_total{status="firing",result="overloaded"}"#,
+            r#"remedy_signal_queries_total{target="prometheus",result="timeout"}"#,
+            r#"remedy_watch_events_total{kind="Machine",type="expired"}"#,
+            r#"remedy_releases_total{kind="Machine"}"#,
+            r#"remedy_episodes_refused_total{alert="CloudAPIDegraded",reason="over_cap"}"#,
+        ] {
+            assert_eq!(value(&t, series), Some(0.0), "{series} in\n{t}");
+        }
+        // Only what is configured: no Alertmanager, no TLS.
+        assert!(!t.contains(r#"target="alertmanager""#), "{t}");
+        assert!(!t.contains("remedy_tls_reloads_total{"), "{t}");
+        // The first event moves the pre-set series to 1: an increase.
+        m.action("unpause", "error");
+        let t = m.encode().unwrap();
+        assert_eq!(
+            value(
+                &t,
+                r#"remedy_actions_total{action="unpause",result="error"}"#
+            ),
+            Some(1.0)
+        );
+    }
+
+    /// The pre-set values are the ones the code writes, and the README
+    /// lists them.
+    #[test]
+    fn preset_values_match_the_code_and_readme() {
+        use crate::episodes::Refusal;
+        use crate::remediate::execute::ExecError;
+        use crate::remediate::plan::{Goal, Step};
+        use crate::signals::AlertStatus;
+        let goals = [Goal::Release, Goal::Remediate];
+        let steps = [
+            Step::Hold,
+            Step::SetSkipRemediation,
+            Step::ClearFailure,
+            Step::ResetCounters,
+            Step::RemoveSkipRemediation,
+            Step::Unpause,
+        ];
+        let mut actions: Vec<&str> = goals.iter().map(Goal::label).collect();
+        for g in &goals {
+            actions.extend(steps.iter().map(|s| s.action(g)));
+        }
+        for a in actions {
+            assert!(values::ACTIONS.contains(&a), "{a}");
+        }
+        let key = ResourceKey::new("Machine", "ns", "m");
+        for e in [
+            ExecError::NotLeader { key: key.clone() },
+            ExecError::Conflict { key },
+        ] {
+            assert!(values::ACTION_RESULTS.contains(&e.label()), "{e}");
+        }
+        let refusals = [
+            Refusal::ClusterWide,
+            Refusal::Full,
+            Refusal::Unproven,
+            Refusal::OverCap,
+        ];
+        let got: Vec<_> = refusals.iter().map(Refusal::label).collect();
+        assert_eq!(got, values::REFUSALS);
+        for s in [AlertStatus::Firing, AlertStatus::Resolved] {
+            assert!(values::WEBHOOK_STATUSES.contains(&s.as_str()));
+        }
+        let readme = include_str!("../README.md");
+        let row = |metric: &str| {
+            readme
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{metric}`")))
+                .unwrap_or_else(|| panic!("README has no row for {metric}"))
+                .to_string()
+        };
+        for (metric, lists) in [
+            (
+                "remedy_actions_total",
+                [values::ACTIONS, values::ACTION_RESULTS].concat(),
+            ),
+            (
+                "remedy_webhook_notifications_total",
+                [values::WEBHOOK_STATUSES, values::WEBHOOK_RESULTS].concat(),
+            ),
+            (
+                "remedy_signal_queries_total",
+                values::SIGNAL_RESULTS.to_vec(),
+            ),
+            ("remedy_watch_events_total", values::WATCH_TYPES.to_vec()),
+            ("remedy_episodes_refused_total", values::REFUSALS.to_vec()),
+            ("remedy_tls_reloads_total", values::TLS_RELOADS.to_vec()),
+        ] {
+            let row = row(metric);
+            for v in lists {
+                let listed = row
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .any(|w| w == v);
+                assert!(listed, "README row of {metric} does not list {v}: {row}");
+            }
+        }
     }
 
     #[test]

@@ -3,10 +3,10 @@
 //! webhook route is added by `signals::webhook` when configured.
 
 use crate::config::HttpConfig;
-use crate::metrics::{CONTENT_TYPE, Metrics, TimeoutLabels};
+use crate::metrics::{Format, Metrics, TimeoutLabels};
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -53,9 +53,11 @@ pub fn router(state: Http) -> Router {
         .with_state(state)
 }
 
-async fn metrics(State(s): State<Http>) -> Response {
-    match s.metrics.encode() {
-        Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
+async fn metrics(State(s): State<Http>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Format::negotiate(accept);
+    match s.metrics.encode_as(format) {
+        Ok(body) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "metrics encoding failed");
             (

@@ -31,7 +31,7 @@ async fn real_objects_become_metrics_and_deletes_remove_series() {
 
     let brs = "brs-ip-192-168-22-145.us-west-2.compute.internal";
     let crash = format!(
-        r#"remedy_resource_crash_count{{namespace="{ns}",kind="BottlerocketShadow",name="{brs}"}}"#
+        r#"remedy_resource_crashes{{namespace="{ns}",kind="BottlerocketShadow",name="{brs}"}}"#
     );
     let delay = format!(
         r#"remedy_resource_backoff_delay_seconds{{namespace="{ns}",kind="BottlerocketShadow",name="{brs}"}}"#

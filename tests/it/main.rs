@@ -1,6 +1,5 @@
 //! Integration tests against a real kube-apiserver + etcd (`testenv/`), one
 //! test binary so the cluster is started once and every helper is used.
-
 mod admission;
 mod alert_loop;
 mod cli;
@@ -10,6 +9,7 @@ mod deploy;
 mod episode_recovery;
 mod episodes;
 mod events_rbac;
+mod exposition;
 mod helm;
 mod image;
 mod initial_list;

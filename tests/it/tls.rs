@@ -124,6 +124,7 @@ async fn serves_https_with_the_configured_certificate_and_refuses_plain_http() {
     assert_eq!(r.text().await.expect("body"), "ok\n");
     let r = client
         .get(format!("https://127.0.0.1:{port}/metrics"))
+        .header("accept", "application/openmetrics-text")
         .send()
         .await
         .expect("https by IP");

@@ -301,5 +301,5 @@ async fn ours(api: &Api<DynamicObject>) -> Option<Vec<String>> {
 }
 
 fn crash_series(ns: &str, name: &str) -> String {
-    format!(r#"remedy_resource_crash_count{{namespace="{ns}",kind="{KIND}",name="{name}"}}"#)
+    format!(r#"remedy_resource_crashes{{namespace="{ns}",kind="{KIND}",name="{name}"}}"#)
 }

@@ -28,7 +28,7 @@ async fn metrics_follow_changes_across_an_apiserver_restart() {
     remedy.wait_ready().await;
     let series = |n: &str| {
         format!(
-            r#"remedy_resource_crash_count{{namespace="{ns}",kind="BottlerocketShadow",name="{n}"}}"#
+            r#"remedy_resource_crashes{{namespace="{ns}",kind="BottlerocketShadow",name="{n}"}}"#
         )
     };
     let value = |n: String| {
