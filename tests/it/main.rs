@@ -1,6 +1,5 @@
 //! Integration tests against a real kube-apiserver + etcd (`testenv/`), one
-//! test binary so the cluster is started once and every helper is used.
-mod admission;
+//! test binary so the cluster is started once and every helper is used.mod admission;
 mod alert_loop;
 mod cli;
 mod crds;
@@ -16,6 +15,7 @@ mod initial_list;
 mod kube_watch;
 mod leader;
 mod listener;
+mod otlp;
 mod provider_rules;
 mod rbac;
 mod remediate;

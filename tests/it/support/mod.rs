@@ -239,17 +239,29 @@ impl Remedy {
     /// As [`Remedy::serve`], talking to the apiserver through `kubeconfig`
     /// (e.g. one that goes through a [`proxy::Proxy`]).
     pub fn serve_with_kubeconfig(kubeconfig: &Path, config_yaml: &str) -> Self {
+        Self::serve_bin(env!("CARGO_BIN_EXE_remedy"), kubeconfig, config_yaml, &[])
+    }
+
+    /// `remedy serve` from another build of the binary (e.g. with the
+    /// `otlp` feature), with extra environment variables.
+    pub fn serve_bin(
+        bin: &str,
+        kubeconfig: &Path,
+        config_yaml: &str,
+        envs: &[(&str, &str)],
+    ) -> Self {
         let tmp = tempfile::tempdir().expect("tempdir");
         let port = free_port();
         let config = tmp.path().join("config.yaml");
         let yaml = format!("listen: 127.0.0.1:{port}\n{config_yaml}");
         std::fs::write(&config, yaml).expect("write config");
         let log = tmp.path().join("remedy.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_remedy"))
+        let child = Command::new(bin)
             .args(["serve", "--config"])
             .arg(&config)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,remedy=debug")
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log"))
