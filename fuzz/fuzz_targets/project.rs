@@ -35,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
         since: chrono::DateTime::UNIX_EPOCH,
         reason: "fuzz".into(),
         crash_count: 1,
+        value: None,
     };
     for p in builtins() {
         let projection = p.project(&obj);
