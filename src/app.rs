@@ -5,6 +5,8 @@ use crate::config::Validated;
 use crate::engine::Engine;
 use crate::leader;
 use crate::metrics::Metrics;
+use crate::record::inbox::Inbox;
+use crate::record::kube::RecordApi;
 use crate::remediate::execute::{Executor, WriteLimiter};
 use crate::server::{self, Http, Readiness};
 use crate::signals::SignalError;
@@ -18,6 +20,10 @@ use axum::Json;
 use axum::routing::get;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// Spacing of a replica's episode-record writes for the webhook: a burst of
+/// deliveries is batched into at most five writes a second.
+const INBOX_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Fingerprints remembered for deduplication.
 const DEDUPE_CAPACITY: usize = 100_000;
@@ -106,7 +112,6 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         cfg.backoff.clone(),
         metrics.clone(),
     ));
-    let client = crate::kube_client().await?;
 
     // Fail at start, with the reason, rather than run half-configured.
     let verifier = match cfg.signals.prometheus_url {
@@ -115,9 +120,21 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     };
     let signal_health = verifier.as_ref().map(|v| v.health());
     let (tx, rx) = tokio::sync::mpsc::channel(cfg.webhook.queue);
+    let client = crate::kube_client().await?;
+    // With leader election, several replicas may take Alertmanager's
+    // notifications: they meet in the episode record.
+    let le = &cfg.leader_election;
+    let record = le.enabled.then(|| {
+        Arc::new(RecordApi::new(
+            client.clone(),
+            &le.namespace,
+            &le.episode_record,
+            metrics.clone(),
+        ))
+    });
     let webhook_router = match cfg.webhook.token_file {
         Some(_) => {
-            let state = WebhookState::from_config(
+            let mut state = WebhookState::from_config(
                 &cfg.webhook,
                 cfg.reload_interval,
                 &cfg.alerts,
@@ -125,6 +142,9 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
                 Arc::new(Mutex::new(Dedupe::new(DEDUPE_CAPACITY))),
                 metrics.clone(),
             )?;
+            if let Some(api) = &record {
+                state = state.with_inbox(Inbox::start(api.clone(), &cfg.alerts, INBOX_INTERVAL));
+            }
             tokio::spawn(reload_token(
                 state.tokens(),
                 metrics.clone(),
@@ -173,10 +193,11 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         }
     }
 
+    let identity = leader::identity();
     let leadership = leader::start(
         client.clone(),
         &cfg.leader_election,
-        leader::identity(),
+        identity.clone(),
         metrics.clone(),
     )
     .await?;
@@ -196,6 +217,9 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     );
     let stop = stop_then_release(leadership.clone());
     let engine = Engine::new(&cfg, store.clone(), executor, verifier, leadership);
+    if let Some(api) = record {
+        engine.use_record(api, identity);
+    }
     tokio::spawn(engine.clone().run(cfg.tick, rx));
 
     let readiness = Arc::new(WatchReadiness {

@@ -298,6 +298,10 @@ pub struct LeaderConfig {
     pub namespace: String,
     #[serde(with = "humantime_serde")]
     pub lease_duration: Duration,
+    /// ConfigMap in `namespace` that holds alert episodes for all replicas
+    /// (see `record`): any replica writes notifications there, the leader
+    /// acts on them.
+    pub episode_record: String,
 }
 
 impl Default for LeaderConfig {
@@ -307,6 +311,7 @@ impl Default for LeaderConfig {
             lease_name: "remedy".into(),
             namespace: "remedy-system".into(),
             lease_duration: Duration::from_secs(15),
+            episode_record: "remedy-episodes".into(),
         }
     }
 }
@@ -552,6 +557,12 @@ impl Config {
                 "lease_name and namespace are required when enabled",
             ));
         }
+        if le.enabled && !is_dns_subdomain(&le.episode_record) {
+            return Err(ConfigError::invalid(
+                "leader_election.episode_record",
+                "must be a ConfigMap name (lowercase letters, digits, '-' and '.', at most 253)",
+            ));
+        }
         if le.enabled && le.lease_duration < Duration::from_secs(2) {
             return Err(ConfigError::invalid(
                 "leader_election.lease_duration",
@@ -609,6 +620,20 @@ impl Config {
         }
         Ok(out)
     }
+}
+
+/// A Kubernetes object name (RFC 1123 subdomain).
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ use crate::episodes::{Book, EPISODE_TTL, MAX_EPISODES, Refusal};
 use crate::leader::Leadership;
 use crate::metrics::{EpisodeLabels, KindReasonLabels, Metrics, ScopeLabels};
 use crate::profile::{HoldRecord, Profile};
+use crate::record::kube::RecordApi;
+use crate::record::sync::Tracker;
 use crate::recovery;
 use crate::remediate::execute::Executor;
 use crate::remediate::plan::Goal;
@@ -22,7 +24,7 @@ use crate::view::{PauseState, ResourceKey};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tracing::Instrument;
@@ -99,6 +101,14 @@ struct State {
     /// Whether this leadership term has looked at remedy's breaker holds
     /// yet (on the first tick that leads with every watch synced).
     resumed: bool,
+    /// Where the episode record stands (leader election on).
+    record: Tracker,
+}
+
+/// The episode record and the name this replica writes it under.
+struct RecordLink {
+    api: Arc<RecordApi>,
+    identity: String,
 }
 
 /// Goals waiting for a worker, at most one per resource.
@@ -187,6 +197,8 @@ pub struct Engine {
     /// Watch streams whose initial list must be in before the holds on
     /// record are trusted to be complete.
     streams: Vec<String>,
+    /// Set with leader election: episodes live in the episode record.
+    record: OnceLock<RecordLink>,
 }
 
 impl Engine {
@@ -219,11 +231,20 @@ impl Engine {
                 planned_at_rv: HashMap::new(),
                 report: StatusReport::default(),
                 resumed: false,
+                record: Tracker::default(),
             }),
             pending: Pending::default(),
             recovery: Mutex::new(recovery::Schedule::default()),
             streams,
+            record: OnceLock::new(),
         })
+    }
+
+    /// Keeps alert episodes in the episode record (several replicas): the
+    /// leader takes notifications from it and writes its episodes there.
+    /// Set before `run`.
+    pub fn use_record(&self, api: Arc<RecordApi>, identity: String) {
+        let _ = self.record.set(RecordLink { api, identity });
     }
 
     fn now(&self) -> Duration {
@@ -243,19 +264,115 @@ impl Engine {
             return;
         };
         let scope = Scope::from_alert(rule, &ev.labels);
-        let firing = ev.status == AlertStatus::Firing;
+        self.notify(
+            rule,
+            &scope,
+            ev.status == AlertStatus::Firing,
+            ev.received_at,
+        );
+    }
+
+    fn notify(&self, rule: &AlertRule, scope: &Scope, firing: bool, at: DateTime<Utc>) {
         let result = match self.state.lock() {
-            Ok(mut st) => st.episodes.notify(rule, &scope, firing, ev.received_at),
+            Ok(mut st) => st.episodes.notify(rule, scope, firing, at),
             Err(_) => return,
         };
         if let Err(why) = result {
-            self.refused(&ev.alertname, why);
-            tracing::warn!(alert = %ev.alertname, firing, matchers = ?scope.matchers, reason = why.label(), "alert notification refused: nothing changes");
+            self.refused(&rule.alertname, why);
+            tracing::warn!(alert = %rule.alertname, firing, matchers = ?scope.matchers, reason = why.label(), "alert notification refused: nothing changes");
             return;
         }
-        tracing::debug!(alert = %ev.alertname, firing, matchers = ?scope.matchers, "alert episode updated");
+        tracing::debug!(alert = %rule.alertname, firing, matchers = ?scope.matchers, "alert episode updated");
         if firing {
-            self.cancel_remediation(&scope);
+            self.cancel_remediation(scope);
+        }
+    }
+
+    /// Reads the episode record: a follower shows its episodes, a leader
+    /// loads them once per term and takes the notifications any replica
+    /// appended since.
+    async fn record_in(&self, leader: bool) {
+        let Some(link) = self.record.get() else {
+            return;
+        };
+        let read = link.api.read().await;
+        if let Err(e) = &read {
+            tracing::warn!(error = %e, label = e.label(), record = link.api.name(), "cannot read the episode record");
+        }
+        let up = {
+            let Ok(mut st) = self.state.lock() else {
+                return;
+            };
+            let up = st.record.read(leader, read);
+            if let Some(book) = up.replace {
+                st.episodes = book;
+            }
+            if up.covered {
+                tracing::info!(
+                    episodes = st.episodes.len(),
+                    "leading: alert episodes taken from the episode record"
+                );
+            }
+            (up.covered, up.fold)
+        };
+        let (covered, fold) = up;
+        if covered {
+            self.with_schedule(|s| s.covered(leader));
+        }
+        for n in fold {
+            // An alert no longer configured: its notification is dropped.
+            if let Some(rule) = self
+                .alerts
+                .iter()
+                .find(|a| a.alertname == n.scope.alertname)
+            {
+                self.notify(rule, &n.scope, n.firing, n.at);
+            }
+            if let Ok(mut st) = self.state.lock() {
+                st.record.folded(n.seq);
+            }
+        }
+    }
+
+    /// The leader writes its episodes back when they or the inbox changed.
+    async fn record_out(&self) {
+        let Some(link) = self.record.get() else {
+            return;
+        };
+        if !self.leader.is_leader() {
+            return;
+        }
+        let next = match self.state.lock() {
+            Ok(mut st) => {
+                let st = &mut *st;
+                st.record.to_write(&st.episodes, &link.identity)
+            }
+            Err(_) => return,
+        };
+        let (record, rv) = match next {
+            None => return,
+            Some(Ok(w)) => w,
+            Some(Err(e)) => {
+                tracing::error!(error = %e, label = e.label(), "episode record not written");
+                return;
+            }
+        };
+        let result = link.api.write("leader", &record, rv.as_deref()).await;
+        match &result {
+            Ok(Some(_)) => tracing::debug!(
+                episodes = record.episodes.len(),
+                consumed = record.consumed,
+                "episode record written"
+            ),
+            Ok(None) => {
+                tracing::debug!("episode record changed since it was read; written next tick")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, label = e.label(), "cannot write the episode record")
+            }
+        }
+        if let Ok(mut st) = self.state.lock() {
+            st.record.written(&result);
         }
     }
 
@@ -455,8 +572,14 @@ impl Engine {
         }
     }
 
-    /// One decision pass.
+    /// One decision pass, between reading and writing the episode record.
     pub async fn tick(&self) {
+        self.record_in(self.leader.is_leader()).await;
+        self.decide().await;
+        self.record_out().await;
+    }
+
+    async fn decide(&self) {
         let wall = Utc::now();
         let now = self.now();
         let leader = self.leader.is_leader();
@@ -757,11 +880,14 @@ impl Engine {
     fn fix_targets(&self, st: &mut State) {
         let profiles = self.store.profiles();
         let store = &self.store;
+        // The episode record keeps targets; their total is bounded too.
+        let room =
+            crate::record::MAX_TARGETS.saturating_sub(crate::record::targets_held(&st.episodes));
         let max = |alert: &str| {
             self.alerts
                 .iter()
                 .find(|a| a.alertname == alert)
-                .map_or(0, |a| a.max_resources)
+                .map_or(0, |a| a.max_resources.min(room))
         };
         let over = st.episodes.fix_targets(max, |scope| {
             let mut set = std::collections::BTreeSet::new();
@@ -858,9 +984,14 @@ impl Engine {
 
     /// Readiness detail: verification problems are reported, not hidden.
     pub fn problems(&self) -> Vec<String> {
+        let name = self.record.get().map(|l| l.api.name().to_string());
         self.state
             .lock()
             .map(|s| {
+                let record = s
+                    .record
+                    .error()
+                    .map(|e| format!("episode record {}: {e}", name.as_deref().unwrap_or("")));
                 s.episodes
                     .map()
                     .values()
@@ -869,6 +1000,7 @@ impl Engine {
                             .as_ref()
                             .map(|err| format!("alert {} not verified: {err}", e.alertname))
                     })
+                    .chain(record)
                     .collect()
             })
             .unwrap_or_default()

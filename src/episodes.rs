@@ -150,8 +150,17 @@ impl Book {
         if firing && !rule.allow_cluster_wide && is_cluster_wide(scope) {
             return Err(Refusal::ClusterWide);
         }
-        if !self.episodes.contains_key(scope) {
-            self.make_room()?;
+        match self.episodes.get_mut(scope) {
+            // The same resolved notification again (redelivered, or sent to
+            // two replicas): what was verified and remediated stands, so a
+            // repeat never remediates a later failure. A recovered episode
+            // is taken over by the webhook.
+            Some(ep) if !firing && !ep.firing => {
+                ep.from_prometheus = false;
+                return Ok(());
+            }
+            Some(_) => {}
+            None => self.make_room()?,
         }
         let ep = self
             .episodes
@@ -369,6 +378,11 @@ mod tests {
         b.done(&key("a"));
         assert!(!b.targets(&key("a")), "remediated once");
         assert!(b.targets(&key("b")));
+        // The resolved notification again (another replica, a redelivery)
+        // changes nothing: the fixed targets stand, done ones stay done.
+        b.notify(&rule(false), &s, false, Utc::now()).unwrap();
+        assert!(b.targets(&key("b")) && !b.targets(&key("a")));
+        assert!(b.map()[&s].verified_at.is_some());
         // Fires again: the episode starts over and targets nothing.
         b.notify(&rule(false), &s, true, Utc::now()).unwrap();
         assert!(!b.targets(&key("b")));

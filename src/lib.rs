@@ -16,6 +16,7 @@ pub mod episodes;
 pub mod leader;
 pub mod metrics;
 pub mod profile;
+pub mod record;
 pub mod recovery;
 pub mod remediate;
 pub mod scope;

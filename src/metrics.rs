@@ -133,6 +133,13 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RecordLabels {
+    /// webhook | leader
+    pub writer: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EpisodeLabels {
     /// Not `alertname`: Prometheus would overwrite it with the name of the
     /// alert rule that fires on this metric.
@@ -282,6 +289,7 @@ pub mod values {
         "unauthorized",
         "too_large",
         "overloaded",
+        "unrecorded",
     ];
     pub const SIGNAL_RESULTS: &[&str] = &["ok", "error", "timeout", "malformed"];
     pub const WATCH_TYPES: &[&str] = &[
@@ -296,6 +304,9 @@ pub mod values {
     /// `episodes::Refusal::label`.
     pub const REFUSALS: &[&str] = &["cluster_wide", "full", "unproven", "over_cap"];
     pub const TLS_RELOADS: &[&str] = &["reloaded", "error"];
+    pub const RECORD_WRITERS: &[&str] = &["webhook", "leader"];
+    /// `record::RecordError::label` of what a write can return, and ok.
+    pub const RECORD_RESULTS: &[&str] = &["ok", "conflict", "too_large", "forbidden", "error"];
 }
 
 /// What the configuration says remedy will export, for [`Metrics::preset`].
@@ -309,6 +320,8 @@ pub struct Known {
     pub signal_targets: Vec<&'static str>,
     pub webhook: bool,
     pub tls: bool,
+    /// The episode record is used (leader election on).
+    pub record: bool,
 }
 
 impl Known {
@@ -330,6 +343,7 @@ impl Known {
             signal_targets,
             webhook: cfg.webhook.token_file.is_some(),
             tls: cfg.tls.is_some(),
+            record: cfg.leader_election.enabled,
         }
     }
 }
@@ -364,6 +378,8 @@ pub struct Metrics {
     pub tls_expiry: Gauge,
     pub episodes_refused: Family<EpisodeLabels, Counter>,
     pub token_reloads: Family<ResultLabels, Counter>,
+    pub record_writes: Family<RecordLabels, Counter>,
+    pub record_bytes: Gauge,
     pub http_connections: Gauge,
     pub http_connections_refused: Counter,
     pub http_timeouts: Family<TimeoutLabels, Counter>,
@@ -401,6 +417,8 @@ impl Metrics {
             tls_expiry: Gauge::default(),
             episodes_refused: Family::default(),
             token_reloads: Family::default(),
+            record_writes: Family::default(),
+            record_bytes: Gauge::default(),
             http_connections: Gauge::default(),
             http_connections_refused: Counter::default(),
             http_timeouts: Family::default(),
@@ -528,6 +546,17 @@ impl Metrics {
             m.token_reloads.clone(),
         );
         r.register(
+            "remedy_episode_record_writes",
+            "Writes of the episode record ConfigMap by writer (webhook: any replica appending notifications; leader: episodes) and result",
+            m.record_writes.clone(),
+        );
+        r.register_with_unit(
+            "remedy_episode_record",
+            "Encoded size of the episode record last read or written",
+            Unit::Bytes,
+            m.record_bytes.clone(),
+        );
+        r.register(
             "remedy_http_connections",
             "Open connections to the listener",
             m.http_connections.clone(),
@@ -597,6 +626,15 @@ impl Metrics {
                         reason,
                     })
                     .inc_by(0);
+            }
+        }
+        if known.record {
+            for &writer in RECORD_WRITERS {
+                for &result in RECORD_RESULTS {
+                    self.record_writes
+                        .get_or_create(&RecordLabels { writer, result })
+                        .inc_by(0);
+                }
             }
         }
         if known.tls {
@@ -948,6 +986,7 @@ mod tests {
             signal_targets: vec![crate::signals::PROMETHEUS],
             webhook: true,
             tls: false,
+            record: true,
         });
         let t = m.encode_as(Format::Text004).unwrap();
         for series in [
@@ -958,6 +997,7 @@ mod tests {
             r#"remedy_watch_events_total{kind="Machine",type="expired"}"#,
             r#"remedy_releases_total{kind="Machine"}"#,
             r#"remedy_episodes_refused_total{alert="CloudAPIDegraded",reason="over_cap"}"#,
+            r#"remedy_episode_record_writes_total{writer="webhook",result="conflict"}"#,
         ] {
             assert_eq!(value(&t, series), Some(0.0), "{series} in\n{t}");
         }
@@ -1042,6 +1082,10 @@ mod tests {
             ("remedy_watch_events_total", values::WATCH_TYPES.to_vec()),
             ("remedy_episodes_refused_total", values::REFUSALS.to_vec()),
             ("remedy_tls_reloads_total", values::TLS_RELOADS.to_vec()),
+            (
+                "remedy_episode_record_writes_total",
+                [values::RECORD_WRITERS, values::RECORD_RESULTS].concat(),
+            ),
         ] {
             let row = row(metric);
             for v in lists {

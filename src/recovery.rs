@@ -87,6 +87,13 @@ impl Schedule {
         self.last_failed = Some(now);
     }
 
+    /// The episodes came from the episode record, for this leadership term
+    /// (`leader`): Prometheus is the fallback, not asked.
+    pub fn covered(&mut self, leader: bool) {
+        self.was_leader = leader;
+        self.due = false;
+    }
+
     /// Nothing to recover from (no Prometheus, no alerts configured).
     pub fn not_needed(&mut self) {
         self.due = false;

@@ -3,12 +3,14 @@
 
 use crate::config::{AlertRule, Selector};
 use crate::view::{ResourceKey, ResourceView};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Resource label CAPI puts on every object of a workload cluster.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Scope {
     pub alertname: String,
     pub namespace: Option<String>,

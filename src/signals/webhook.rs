@@ -8,6 +8,7 @@ use super::dedupe::{Dedupe, Verdict};
 use super::{AlertEvent, AlertStatus, SignalError, valid_label_name};
 use crate::config::{AlertRule, WebhookConfig};
 use crate::metrics::Metrics;
+use crate::record::inbox::Inbox;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
@@ -56,6 +57,8 @@ pub enum WebhookError {
     Overloaded(AlertStatus),
     #[error("not processing notifications, retry later")]
     Closed(AlertStatus),
+    #[error("cannot record the notification for the leader ({1}), retry later")]
+    Unrecorded(AlertStatus, crate::record::RecordError),
 }
 
 impl WebhookError {
@@ -65,13 +68,14 @@ impl WebhookError {
             Self::TooLarge(_) => "too_large",
             Self::UnsupportedMediaType | Self::Malformed(_) | Self::Invalid(_) => "rejected",
             Self::Overloaded(_) | Self::Closed(_) => "overloaded",
+            Self::Unrecorded(..) => "unrecorded",
         }
     }
 
     /// `status` metric label: only a payload that passed validation has one.
     fn status_label(&self) -> &'static str {
         match self {
-            Self::Overloaded(s) | Self::Closed(s) => s.as_str(),
+            Self::Overloaded(s) | Self::Closed(s) | Self::Unrecorded(s, _) => s.as_str(),
             _ => "invalid",
         }
     }
@@ -83,7 +87,9 @@ impl WebhookError {
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Malformed(_) | Self::Invalid(_) => StatusCode::BAD_REQUEST,
             // 5xx so that Alertmanager retries (4xx is not retried).
-            Self::Overloaded(_) | Self::Closed(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Overloaded(_) | Self::Closed(_) | Self::Unrecorded(..) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 }
@@ -443,6 +449,9 @@ pub struct WebhookState {
     tx: mpsc::Sender<AlertEvent>,
     dedupe: Arc<Mutex<Dedupe>>,
     metrics: Arc<Metrics>,
+    /// With several replicas: notifications go to the episode record, and
+    /// are answered once they are in it.
+    inbox: Option<Inbox>,
 }
 
 impl WebhookState {
@@ -480,7 +489,15 @@ impl WebhookState {
             tx,
             dedupe,
             metrics,
+            inbox: None,
         }
+    }
+
+    /// Records notifications in the episode record instead of the local
+    /// queue (leader election on: the leader may be another replica).
+    pub fn with_inbox(mut self, inbox: Inbox) -> Self {
+        self.inbox = Some(inbox);
+        self
     }
 
     /// From config; fails when `webhook.token_file` is unset, since remedy
@@ -575,6 +592,63 @@ impl WebhookState {
                 Err(TrySendError::Full(_)) => return Err(WebhookError::Overloaded(status)),
                 Err(TrySendError::Closed(_)) => return Err(WebhookError::Closed(status)),
             }
+        }
+        Ok(summary)
+    }
+}
+
+impl WebhookState {
+    /// The episode-record path: new events are written to the record, and
+    /// only once the write is in are they remembered as seen, so a failed
+    /// write loses nothing (503: Alertmanager sends them again). Two
+    /// replicas given the same notification both write it; the record
+    /// keeps one.
+    async fn forward_durable(
+        &self,
+        inbox: &Inbox,
+        group_key: &str,
+        alerts: Vec<ValidAlert>,
+        now: DateTime<Utc>,
+    ) -> Result<Summary, WebhookError> {
+        let mut summary = Summary::default();
+        let mut fresh = Vec::new();
+        {
+            let mut dedupe = self.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
+            for a in alerts {
+                let status = a.status;
+                let Some(alertname) = a.alertname.filter(|n| self.alertnames.contains(n)) else {
+                    summary.ignored += 1;
+                    self.metrics.webhook(status.as_str(), "ignored");
+                    continue;
+                };
+                if dedupe.check(&a.fingerprint, status, a.starts_at, now) != Verdict::New {
+                    summary.duplicate += 1;
+                    self.metrics.webhook(status.as_str(), "duplicate");
+                    continue;
+                }
+                fresh.push(AlertEvent {
+                    fingerprint: a.fingerprint,
+                    alertname,
+                    status,
+                    labels: a.labels,
+                    starts_at: a.starts_at,
+                    ends_at: a.ends_at,
+                    group_key: group_key.to_string(),
+                    received_at: now,
+                });
+            }
+        }
+        let Some(first) = fresh.first() else {
+            return Ok(summary);
+        };
+        if let Err(e) = inbox.submit(&fresh).await {
+            return Err(WebhookError::Unrecorded(first.status, e));
+        }
+        let mut dedupe = self.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
+        for ev in &fresh {
+            dedupe.record(&ev.fingerprint, ev.status, ev.starts_at, now);
+            summary.accepted += 1;
+            self.metrics.webhook(ev.status.as_str(), "accepted");
         }
         Ok(summary)
     }
@@ -709,7 +783,13 @@ async fn handle(s: &WebhookState, req: Request) -> Result<Summary, WebhookError>
             "Alertmanager truncated the notification"
         );
     }
-    s.forward(&n.group_key, alerts, Utc::now())
+    match &s.inbox {
+        Some(inbox) => {
+            s.forward_durable(inbox, &n.group_key, alerts, Utc::now())
+                .await
+        }
+        None => s.forward(&n.group_key, alerts, Utc::now()),
+    }
 }
 
 #[cfg(test)]

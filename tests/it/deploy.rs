@@ -8,6 +8,7 @@ use crate::support::objects::apply_manifest;
 use crate::support::{TestCluster, repo};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::Discovery;
+use serde_json::{Value, json};
 use std::process::Command;
 
 pub fn render(overlay: &str) -> Vec<DynamicObject> {
@@ -50,6 +51,12 @@ async fn every_overlay_passes_a_server_side_dry_run() {
             "{overlay}: only {} objects",
             objects.len()
         );
+        if overlay == "deploy/overlays/sidecar" {
+            // The controller's Deployment is not remedy's to scale or spread.
+            assert!(of_kind(&objects, "PodDisruptionBudget").is_empty());
+        } else {
+            assert_highly_available(overlay, &objects, "remedy-episodes");
+        }
         // Namespaces for real first: a dry run into a missing namespace fails.
         let (namespaces, rest): (Vec<_>, Vec<_>) = objects
             .into_iter()
@@ -88,6 +95,109 @@ async fn every_overlay_passes_a_server_side_dry_run() {
                 assert!(kinds.iter().any(|k| k == want), "{overlay}: no {want}");
             }
         }
+    }
+}
+
+fn of_kind<'a>(objects: &'a [DynamicObject], kind: &str) -> Vec<&'a DynamicObject> {
+    objects
+        .iter()
+        .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == kind))
+        .collect()
+}
+
+/// remedy's standalone install is highly available (deploy/README.md,
+/// "Standalone mode"): two replicas, rolled without going below two ready pods,
+/// spread over nodes by a preferred pod anti-affinity on their own labels,
+/// a PodDisruptionBudget evicting one at a time, a Service reaching every
+/// replica (any accepts webhooks), leader election on, and the leader Role
+/// granting the episode record ConfigMap `record` every replica writes.
+pub(crate) fn assert_highly_available(what: &str, objects: &[DynamicObject], record: &str) {
+    let deploys = of_kind(objects, "Deployment");
+    assert_eq!(deploys.len(), 1, "{what}: one Deployment");
+    let spec = &deploys[0].data["spec"];
+    assert_eq!(spec["replicas"], 2, "{what}: replicas");
+    assert_eq!(
+        spec["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}),
+        "{what}: strategy"
+    );
+    let own = &spec["selector"]["matchLabels"];
+    let pod_labels = &spec["template"]["metadata"]["labels"];
+    let selects = |sel: &Value| {
+        sel.as_object()
+            .is_some_and(|m| !m.is_empty() && m.iter().all(|(k, v)| pod_labels.get(k) == Some(v)))
+    };
+    assert!(
+        selects(own),
+        "{what}: selector {own} vs pod labels {pod_labels}"
+    );
+    assert_eq!(
+        spec["template"]["spec"]["affinity"],
+        json!({"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100,
+            "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": own}}
+        }]}}),
+        "{what}: pod anti-affinity"
+    );
+
+    let pdbs = of_kind(objects, "PodDisruptionBudget");
+    assert_eq!(pdbs.len(), 1, "{what}: one PodDisruptionBudget");
+    assert_eq!(
+        pdbs[0].types.as_ref().map(|t| t.api_version.as_str()),
+        Some("policy/v1")
+    );
+    assert_eq!(
+        pdbs[0].data["spec"],
+        json!({"maxUnavailable": 1, "selector": {"matchLabels": own}}),
+        "{what}: PodDisruptionBudget"
+    );
+
+    // Nothing leader-specific: every ready replica gets webhook deliveries.
+    let services = of_kind(objects, "Service");
+    assert_eq!(services.len(), 1, "{what}: one Service");
+    let sel = &services[0].data["spec"]["selector"];
+    assert!(
+        selects(sel)
+            && sel
+                .as_object()
+                .is_some_and(|m| m.keys().all(|k| own.get(k).is_some())),
+        "{what}: Service selector {sel}, Deployment selector {own}"
+    );
+
+    let config = of_kind(objects, "ConfigMap")
+        .into_iter()
+        .find_map(|c| c.data["data"]["config.yaml"].as_str())
+        .expect("config.yaml");
+    let config: Value = serde_yaml_ng::from_str(config).expect("config yaml");
+    assert_eq!(
+        config["leader_election"]["enabled"].as_bool(),
+        Some(true),
+        "{what}: two replicas need leader election"
+    );
+    assert_eq!(
+        config["leader_election"]["episode_record"], record,
+        "{what}: episode_record"
+    );
+
+    let roles = of_kind(objects, "Role");
+    let rules = roles
+        .iter()
+        .find(|r| {
+            r.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.ends_with("leader-election"))
+        })
+        .map(|r| r.data["rules"].as_array().cloned().unwrap_or_default())
+        .unwrap_or_else(|| panic!("{what}: no leader-election Role"));
+    for want in [
+        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}),
+        json!({"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [record], "verbs": ["get", "update", "patch"]}),
+    ] {
+        assert!(
+            rules.contains(&want),
+            "{what}: Role lacks {want}: {rules:?}"
+        );
     }
 }
 

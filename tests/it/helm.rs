@@ -4,7 +4,7 @@
 //! built-in schemas and the real prometheus-operator and cert-manager CRDs.
 //! `scripts/check-ops.sh` compares the rendered chart with kustomize's.
 
-use crate::deploy::apply_all;
+use crate::deploy::{apply_all, assert_highly_available};
 use crate::support::TestCluster;
 use crate::support::repo;
 use kube::api::DynamicObject;
@@ -74,6 +74,9 @@ async fn the_chart_passes_a_server_side_dry_run() {
         ("operator objects off", &all_off[..]),
     ] {
         let objects = render_chart("remedy", "remedy-system", args);
+        // As the kustomize base: two replicas, rolled, spread, a PDB, and
+        // the episode record ConfigMap in the leader Role.
+        assert_highly_available(what, &objects, "remedy-episodes");
         let kinds = apply_all(&client, &discovery, what, vec![], objects).await;
         for want in [
             "ServiceAccount",
@@ -85,6 +88,7 @@ async fn the_chart_passes_a_server_side_dry_run() {
             "Secret",
             "Deployment",
             "Service",
+            "PodDisruptionBudget",
         ] {
             assert!(
                 kinds.iter().any(|k| k == want),

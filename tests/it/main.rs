@@ -9,6 +9,7 @@ mod episode_recovery;
 mod episodes;
 mod events_rbac;
 mod exposition;
+mod ha;
 mod helm;
 mod image;
 mod initial_list;

@@ -213,6 +213,45 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
         403
     );
 
+    // The episode record (leader_election.episode_record, in the Lease's
+    // namespace): every replica writes the webhook notifications it accepts
+    // there, the leader consumes them. get, update and patch on that one
+    // ConfigMap, create on configmaps in remedy-system (create cannot be
+    // limited by name), nothing else.
+    let defaults = LeaderConfig::default();
+    let system = Some(defaults.namespace.as_str());
+    let record = Some(defaults.episode_record.as_str());
+    let other = Some("someone-else");
+    assert_eq!(
+        record,
+        Some("remedy-episodes"),
+        "deploy/base/lease-rbac.yaml names it"
+    );
+    for verb in ["get", "update", "patch"] {
+        assert!(
+            can_i(&sa, verb, "", "configmaps", "", system, record).await,
+            "{verb} configmaps/remedy-episodes"
+        );
+        assert!(
+            !can_i(&sa, verb, "", "configmaps", "", system, other).await,
+            "{verb} another ConfigMap must be denied"
+        );
+    }
+    assert!(can_i(&sa, "create", "", "configmaps", "", system, None).await);
+    assert!(!can_i(&sa, "delete", "", "configmaps", "", system, record).await);
+    for verb in ["list", "watch"] {
+        assert!(
+            !can_i(&sa, verb, "", "configmaps", "", system, None).await,
+            "{verb} configmaps must be denied"
+        );
+    }
+    for verb in ["create", "get", "update", "patch"] {
+        assert!(
+            !can_i(&sa, verb, "", "configmaps", "", Some(&ns), record).await,
+            "{verb} configmaps outside remedy-system must be denied"
+        );
+    }
+
     // Leader election works with exactly these rights.
     let metrics = Arc::new(Metrics::new(10));
     let cfg = LeaderConfig {
@@ -220,6 +259,7 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
         lease_name: "remedy".into(),
         namespace: "remedy-system".into(),
         lease_duration: Duration::from_secs(3),
+        ..LeaderConfig::default()
     };
     let leadership = remedy::leader::start(sa.clone(), &cfg, "rbac-test".into(), metrics.clone())
         .await

@@ -250,8 +250,29 @@ impl Remedy {
         config_yaml: &str,
         envs: &[(&str, &str)],
     ) -> Self {
+        Self::spawn(bin, kubeconfig, free_port(), config_yaml, envs)
+    }
+
+    /// As [`Remedy::serve`] on a given port: a replica restarted where
+    /// Alertmanager already sends (a Service in front of the pods).
+    pub fn serve_at(cluster: &TestCluster, port: u16, config_yaml: &str) -> Self {
+        Self::spawn(
+            env!("CARGO_BIN_EXE_remedy"),
+            &cluster.kubeconfig,
+            port,
+            config_yaml,
+            &[],
+        )
+    }
+
+    fn spawn(
+        bin: &str,
+        kubeconfig: &Path,
+        port: u16,
+        config_yaml: &str,
+        envs: &[(&str, &str)],
+    ) -> Self {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let port = free_port();
         let config = tmp.path().join("config.yaml");
         let yaml = format!("listen: 127.0.0.1:{port}\n{config_yaml}");
         std::fs::write(&config, yaml).expect("write config");
@@ -292,6 +313,11 @@ impl Remedy {
 
     pub fn log_tail(&self) -> String {
         tail(&self.log)
+    }
+
+    /// The whole log, for what must (not) have happened at any time.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {

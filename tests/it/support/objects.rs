@@ -114,6 +114,11 @@ pub async fn apply_manifest(
 /// `Released` Events per resource name, counting an Event series as its
 /// count: a release written twice shows as 2.
 pub async fn released_events(client: &Client, ns: &str) -> BTreeMap<String, u32> {
+    events_by_reason(client, ns, "Released").await
+}
+
+/// Events with `reason` per object name, counting aggregated series.
+pub async fn events_by_reason(client: &Client, ns: &str, reason: &str) -> BTreeMap<String, u32> {
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
     let mut per: BTreeMap<String, u32> = BTreeMap::new();
     for e in events
@@ -122,7 +127,7 @@ pub async fn released_events(client: &Client, ns: &str) -> BTreeMap<String, u32>
         .expect("events")
         .items
     {
-        if e.reason.as_deref() == Some("Released") {
+        if e.reason.as_deref() == Some(reason) {
             let n = e.series.as_ref().map(|s| s.count).unwrap_or(1);
             *per.entry(e.regarding.and_then(|r| r.name).unwrap_or_default())
                 .or_default() += u32::try_from(n).unwrap_or(u32::MAX);

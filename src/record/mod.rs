@@ -1,0 +1,445 @@
+//! The episode record: alert episodes kept in the Kubernetes API, so that
+//! any replica can accept Alertmanager's notification and the leader, this
+//! one or the next, acts on it. Pure: the document, how notifications are
+//! appended to it and how the leader folds them into its episodes. The
+//! ConfigMap I/O is in [`kube`], the batching webhook writer in [`inbox`].
+//!
+//! Why a ConfigMap: it is the smallest namespaced object every cluster has
+//! that holds a bounded document (1 MiB) under optimistic concurrency, needs
+//! no CRD, and RBAC can limit to one name. The Lease was the other candidate,
+//! but its annotations hold 256 KiB and its holder renews it every few
+//! seconds, so episode writes and renewals would conflict with each other.
+//!
+//! Two kinds of writer share the document, each with its own part, and
+//! every write carries the resourceVersion it read (a 409 means read again):
+//! - any replica appends notifications to `inbox`, each with the next
+//!   sequence number, and answers Alertmanager only once that write is in;
+//! - the leader folds inbox entries after `consumed` into its episodes, then
+//!   writes the episodes and `consumed` and drops what it folded.
+
+pub mod inbox;
+pub mod kube;
+pub mod sync;
+
+use crate::episodes::{Book, Episode};
+use crate::scope::Scope;
+use crate::view::ResourceKey;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// Format version of the document.
+pub const VERSION: u32 = 1;
+/// Notifications waiting for the leader at most; a write beyond it is
+/// refused (503), so Alertmanager retries once the leader has caught up.
+pub const MAX_INBOX: usize = 256;
+/// Encoded size at most: a ConfigMap holds 1 MiB with its metadata.
+pub const MAX_BYTES: usize = 900 * 1024;
+/// Remediation targets kept across all episodes; an episode that would
+/// take more is over its cap (it remediates nothing, counted).
+pub const MAX_TARGETS: usize = 2000;
+/// The ConfigMap key that holds the document.
+pub const DATA_KEY: &str = "episodes.json";
+
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("episode record is not valid: {0}")]
+    Invalid(String),
+    #[error("episode record would be {0} bytes, over {MAX_BYTES}")]
+    TooLarge(usize),
+    #[error("episode record inbox holds {MAX_INBOX} notifications not yet taken by the leader")]
+    Full,
+    #[error("episode record changed under us {0} times in a row")]
+    Conflict(u32),
+    #[error("episode record: forbidden (RBAC): {0}")]
+    Forbidden(String),
+    #[error("episode record: apiserver error: {0}")]
+    Api(String),
+    #[error("episode record writer is not running")]
+    Closed,
+    #[error("episode record write took longer than {0:?}")]
+    Timeout(std::time::Duration),
+}
+
+impl RecordError {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Invalid(_) => "invalid",
+            Self::TooLarge(_) => "too_large",
+            Self::Full => "full",
+            Self::Conflict(_) => "conflict",
+            Self::Forbidden(_) => "forbidden",
+            Self::Api(_) => "error",
+            Self::Closed => "closed",
+            Self::Timeout(_) => "timeout",
+        }
+    }
+}
+
+/// One notification, as the scope it is about and its status.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Notice {
+    pub seq: u64,
+    pub scope: Scope,
+    pub firing: bool,
+    pub at: DateTime<Utc>,
+}
+
+/// An episode with the remediation targets it has left.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stored {
+    pub scope: Scope,
+    pub episode: Episode,
+    /// `[kind, namespace, name]`; `None` until verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets: Option<Vec<[String; 3]>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    pub version: u32,
+    /// Inbox entries up to this sequence number are in `episodes`.
+    pub consumed: u64,
+    /// The last sequence number handed out.
+    pub last_seq: u64,
+    /// Who wrote `episodes` last (a pod name).
+    #[serde(default)]
+    pub leader: String,
+    pub episodes: Vec<Stored>,
+    pub inbox: Vec<Notice>,
+}
+
+impl Record {
+    pub fn empty() -> Self {
+        Self {
+            version: VERSION,
+            ..Self::default()
+        }
+    }
+
+    /// Parses what the ConfigMap holds; anything else is refused, never
+    /// overwritten (a person may have edited it: delete it to start over).
+    pub fn decode(text: &str) -> Result<Self, RecordError> {
+        let r: Self =
+            serde_json::from_str(text).map_err(|e| RecordError::Invalid(e.to_string()))?;
+        if r.version != VERSION {
+            return Err(RecordError::Invalid(format!(
+                "version {} (this remedy reads {VERSION})",
+                r.version
+            )));
+        }
+        if r.inbox.iter().any(|n| n.seq > r.last_seq) {
+            return Err(RecordError::Invalid(
+                "an inbox entry is numbered after last_seq".into(),
+            ));
+        }
+        if r.episodes.len() > crate::episodes::MAX_EPISODES || r.inbox.len() > MAX_INBOX {
+            return Err(RecordError::Invalid("over its bounds".into()));
+        }
+        Ok(r)
+    }
+
+    pub fn encode(&self) -> Result<String, RecordError> {
+        let text = serde_json::to_string(self).map_err(|e| RecordError::Invalid(e.to_string()))?;
+        if text.len() > MAX_BYTES {
+            return Err(RecordError::TooLarge(text.len()));
+        }
+        Ok(text)
+    }
+
+    /// Appends notifications, all or none. One that repeats the status of
+    /// the newest waiting entry for its scope (the same notification sent
+    /// to two replicas, or redelivered) is already there and is skipped.
+    /// Returns how many were appended.
+    pub fn append(
+        &mut self,
+        notices: &[(Scope, bool, DateTime<Utc>)],
+    ) -> Result<usize, RecordError> {
+        let mut added: Vec<Notice> = Vec::new();
+        for (scope, firing, at) in notices {
+            let newest = added
+                .iter()
+                .rev()
+                .chain(self.inbox.iter().rev())
+                .find(|n| &n.scope == scope);
+            if newest.is_some_and(|n| n.firing == *firing) {
+                continue;
+            }
+            added.push(Notice {
+                seq: 0,
+                scope: scope.clone(),
+                firing: *firing,
+                at: *at,
+            });
+        }
+        if self.inbox.len() + added.len() > MAX_INBOX {
+            return Err(RecordError::Full);
+        }
+        let n = added.len();
+        for mut notice in added {
+            self.last_seq += 1;
+            notice.seq = self.last_seq;
+            self.inbox.push(notice);
+        }
+        Ok(n)
+    }
+
+    /// Inbox entries not yet folded, oldest first.
+    pub fn after(&self, consumed: u64) -> impl Iterator<Item = &Notice> {
+        self.inbox.iter().filter(move |n| n.seq > consumed)
+    }
+
+    /// The leader's write: its episodes, folded up to `consumed`.
+    pub fn with_episodes(&self, book: &Book, consumed: u64, leader: &str) -> Self {
+        Self {
+            version: VERSION,
+            consumed,
+            last_seq: self.last_seq.max(consumed),
+            leader: leader.to_string(),
+            episodes: stored(book),
+            inbox: self.after(consumed).cloned().collect(),
+        }
+    }
+
+    /// The episodes as a book. Entries over the bound are left out (the
+    /// decoder already refuses such a record).
+    pub fn book(&self) -> Book {
+        let mut book = Book::default();
+        for s in &self.episodes {
+            let mut ep = s.episode.clone();
+            ep.targets = s.targets.as_ref().map(|t| {
+                t.iter()
+                    .map(|[k, ns, n]| ResourceKey::new(k, ns, n))
+                    .collect::<BTreeSet<_>>()
+            });
+            let _ = book.put(s.scope.clone(), ep);
+        }
+        book
+    }
+}
+
+fn stored(book: &Book) -> Vec<Stored> {
+    book.map()
+        .iter()
+        .map(|(scope, ep)| Stored {
+            scope: scope.clone(),
+            // Targets are kept beside it, as names.
+            episode: Episode {
+                targets: None,
+                ..ep.clone()
+            },
+            targets: ep.targets.as_ref().map(|t| {
+                t.iter()
+                    .map(|k| {
+                        [
+                            k.kind.to_string(),
+                            k.namespace.to_string(),
+                            k.name.to_string(),
+                        ]
+                    })
+                    .collect()
+            }),
+        })
+        .collect()
+}
+
+/// Remediation targets held by a book, for [`MAX_TARGETS`].
+pub fn targets_held(book: &Book) -> usize {
+    book.map()
+        .values()
+        .filter_map(|e| e.targets.as_ref().map(BTreeSet::len))
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{AlertRule, Selector};
+    use std::collections::BTreeMap;
+
+    fn rule() -> AlertRule {
+        AlertRule {
+            alertname: "CloudAPIDegraded".into(),
+            select: Selector {
+                namespace_label: Some("namespace".into()),
+                kind_label: Some("kind".into()),
+                ..Selector::default()
+            },
+            verify_query: None,
+            allow_cluster_wide: false,
+            max_resources: 200,
+        }
+    }
+
+    fn scope(ns: &str) -> Scope {
+        let labels: BTreeMap<String, String> = [
+            ("namespace".to_string(), ns.to_string()),
+            ("kind".to_string(), "OpenStackMachine".to_string()),
+        ]
+        .into();
+        Scope::from_alert(&rule(), &labels)
+    }
+
+    #[test]
+    fn the_same_notification_from_two_replicas_is_appended_once() {
+        let mut r = Record {
+            version: VERSION,
+            ..Record::default()
+        };
+        let t = Utc::now();
+        assert_eq!(r.append(&[(scope("a"), true, t)]).unwrap(), 1);
+        assert_eq!(r.append(&[(scope("a"), true, t)]).unwrap(), 0);
+        assert_eq!(
+            r.append(&[(scope("a"), false, t), (scope("a"), false, t)])
+                .unwrap(),
+            1
+        );
+        assert_eq!(r.append(&[(scope("b"), false, t)]).unwrap(), 1);
+        let seqs: Vec<u64> = r.inbox.iter().map(|n| n.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3]);
+        assert_eq!(r.last_seq, 3);
+    }
+
+    #[test]
+    fn a_full_inbox_refuses_the_whole_batch() {
+        let mut r = Record {
+            version: VERSION,
+            ..Record::default()
+        };
+        let t = Utc::now();
+        for i in 0..MAX_INBOX {
+            r.append(&[(scope(&format!("ns-{i}")), true, t)]).unwrap();
+        }
+        let before = r.clone();
+        assert!(matches!(
+            r.append(&[(scope("late"), true, t)]),
+            Err(RecordError::Full)
+        ));
+        assert_eq!(r, before, "nothing appended");
+    }
+
+    #[test]
+    fn the_leader_folds_what_it_read_and_keeps_what_came_after() {
+        let rule = rule();
+        let t = Utc::now();
+        let mut r = Record {
+            version: VERSION,
+            ..Record::default()
+        };
+        r.append(&[(scope("a"), true, t), (scope("b"), true, t)])
+            .unwrap();
+        let mut book = Book::default();
+        let mut consumed = 0;
+        for n in r.after(0) {
+            book.notify(&rule, &n.scope, n.firing, n.at).unwrap();
+            consumed = n.seq;
+        }
+        // Another replica appends before the leader writes: the leader's
+        // write (made from what it read) keeps nothing it did not fold, and
+        // the 409 it gets makes it read the new entry next time.
+        let written = r.with_episodes(&book, consumed, "leader-0");
+        assert!(written.inbox.is_empty());
+        assert_eq!(written.consumed, 2);
+        r.append(&[(scope("a"), false, t)]).unwrap();
+        let pending: Vec<u64> = r.after(consumed).map(|n| n.seq).collect();
+        assert_eq!(pending, vec![3]);
+        let later = r.with_episodes(&book, consumed, "leader-0");
+        assert_eq!(later.inbox.len(), 1, "an entry not folded stays");
+        assert_eq!(later.last_seq, 3);
+    }
+
+    #[test]
+    fn episodes_and_their_targets_survive_the_round_trip() {
+        let rule = rule();
+        let t = Utc::now();
+        let mut book = Book::default();
+        let s = scope("a");
+        book.notify(&rule, &s, true, t).unwrap();
+        book.notify(&rule, &s, false, t).unwrap();
+        book.get_mut(&s).unwrap().verified_at = Some(t);
+        let key = ResourceKey::new("OpenStackMachine", "a", "m-1");
+        book.fix_targets(|_| 10, |_| [key.clone()].into());
+        book.adopt_hold(Scope::recovered("Other", "AWSMachine"), t);
+        let r = Record::default().with_episodes(&book, 7, "leader-0");
+        let text = r.encode().unwrap();
+        let back = Record::decode(&text).unwrap();
+        assert_eq!(back, r);
+        let again = back.book();
+        assert_eq!(again.map(), book.map());
+        assert!(again.targets(&key), "the target is still to be remediated");
+        assert_eq!(targets_held(&again), 1);
+    }
+
+    #[test]
+    fn bad_documents_are_refused() {
+        for text in [
+            "",
+            "{}",
+            r#"{"version":2,"consumed":0,"last_seq":0,"episodes":[],"inbox":[]}"#,
+            r#"{"version":1,"consumed":0,"last_seq":0,"episodes":[],"inbox":[],"extra":1}"#,
+        ] {
+            assert!(
+                matches!(Record::decode(text), Err(RecordError::Invalid(_))),
+                "{text}"
+            );
+        }
+        let mut r = Record {
+            version: VERSION,
+            ..Record::default()
+        };
+        r.append(&[(scope("a"), true, Utc::now())]).unwrap();
+        r.last_seq = 0;
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(matches!(
+            Record::decode(&text),
+            Err(RecordError::Invalid(_))
+        ));
+    }
+
+    /// The bound the README states: every episode slot taken, a full inbox
+    /// and the target cap reached, with realistic names, fits a ConfigMap.
+    #[test]
+    fn a_full_record_fits_a_configmap() {
+        let rule = rule();
+        let t = Utc::now();
+        let mut book = Book::default();
+        for i in 0..crate::episodes::MAX_EPISODES {
+            let s = scope(&format!("capi-workload-cluster-{i:04}"));
+            book.notify(&rule, &s, true, t).unwrap();
+            book.notify(&rule, &s, false, t).unwrap();
+            book.get_mut(&s).unwrap().verified_at = Some(t);
+        }
+        let per = MAX_TARGETS / crate::episodes::MAX_EPISODES;
+        let mut i = 0;
+        book.fix_targets(
+            |_| per,
+            |s| {
+                i += 1;
+                (0..per)
+                    .map(|j| {
+                        ResourceKey::new(
+                            "OpenStackMachine",
+                            s.namespace.as_deref().unwrap_or(""),
+                            &format!("workload-md-0-{i:04}-{j:02}-x7k2p"),
+                        )
+                    })
+                    .collect()
+            },
+        );
+        let mut r = Record {
+            version: VERSION,
+            ..Record::default()
+        };
+        for j in 0..MAX_INBOX {
+            r.append(&[(scope(&format!("capi-workload-cluster-{j:04}")), true, t)])
+                .unwrap();
+        }
+        let full = r.with_episodes(&book, 0, "remedy-7c9f8d6b5-x2x9z");
+        let bytes = full.encode().expect("fits").len();
+        assert!(bytes < MAX_BYTES, "{bytes}");
+        println!("full record: {bytes} bytes");
+    }
+}

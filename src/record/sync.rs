@@ -1,0 +1,240 @@
+//! How the engine follows the episode record from tick to tick. Pure: what
+//! was read in, what to do with the episodes and what to write out.
+//!
+//! - A follower shows the record's episodes (for /status) and writes none.
+//! - A leader loads them once per term, as its predecessor left them, then
+//!   keeps its own (it is the only writer of episodes) and folds in what
+//!   replicas appended since. It writes when its episodes or the inbox
+//!   changed, against the resourceVersion it read that tick.
+
+use super::kube::Read;
+use super::{Notice, Record, RecordError};
+use crate::episodes::Book;
+
+#[derive(Debug, Default)]
+pub struct Tracker {
+    /// This leadership term has loaded the record.
+    loaded: bool,
+    /// Inbox entries up to here are in the leader's episodes.
+    consumed: u64,
+    /// This tick's read, to write against; `None` after a failed read.
+    base: Option<(Record, Option<String>)>,
+    /// Last read or write error, for readiness notes.
+    error: Option<String>,
+}
+
+/// What a read asks of the engine.
+#[derive(Debug, Default)]
+pub struct Update {
+    /// Replace the episodes with these.
+    pub replace: Option<Book>,
+    /// The episodes came from the record: no need to rebuild them from
+    /// Prometheus.
+    pub covered: bool,
+    /// Notifications to apply, oldest first; call [`Tracker::folded`] after
+    /// each.
+    pub fold: Vec<Notice>,
+}
+
+impl Tracker {
+    pub fn read(&mut self, leader: bool, read: Result<Read, RecordError>) -> Update {
+        let mut up = Update::default();
+        if !leader {
+            self.loaded = false;
+        }
+        match read {
+            Err(e) => {
+                self.error = Some(e.to_string());
+                self.base = None;
+            }
+            Ok(None) => {
+                self.error = None;
+                self.base = Some((Record::empty(), None));
+                if !leader {
+                    up.replace = Some(Book::default());
+                } else if !self.loaded {
+                    // Nothing recorded (first start, or deleted): the
+                    // episodes are rebuilt from Prometheus as before.
+                    self.loaded = true;
+                    self.consumed = 0;
+                }
+            }
+            Ok(Some((record, rv))) => {
+                self.error = None;
+                if !leader {
+                    up.replace = Some(record.book());
+                } else {
+                    if !self.loaded {
+                        self.loaded = true;
+                        self.consumed = record.consumed;
+                        up.replace = Some(record.book());
+                        up.covered = true;
+                    }
+                    up.fold = record.after(self.consumed).cloned().collect();
+                }
+                self.base = Some((record, Some(rv)));
+            }
+        }
+        up
+    }
+
+    pub fn folded(&mut self, seq: u64) {
+        self.consumed = self.consumed.max(seq);
+    }
+
+    /// The leader's write for this tick, if its episodes or the inbox
+    /// changed since the read: the record and the resourceVersion to write
+    /// against (`None`: create).
+    pub fn to_write(
+        &mut self,
+        book: &Book,
+        leader: &str,
+    ) -> Option<Result<(Record, Option<String>), RecordError>> {
+        let (read, rv) = self.base.take()?;
+        let next = read.with_episodes(book, self.consumed, leader);
+        let same = next.episodes == read.episodes && next.inbox == read.inbox;
+        if same && next.consumed == read.consumed {
+            return None;
+        }
+        Some(match next.encode() {
+            Ok(_) => Ok((next, rv)),
+            Err(e) => {
+                self.error = Some(e.to_string());
+                Err(e)
+            }
+        })
+    }
+
+    /// The outcome of [`Tracker::to_write`]'s write (`Ok(None)`: conflict,
+    /// redone next tick from a fresh read).
+    pub fn written(&mut self, result: &Result<Option<String>, RecordError>) {
+        if let Err(e) = result {
+            self.error = Some(e.to_string());
+        }
+    }
+
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{AlertRule, Selector};
+    use crate::scope::Scope;
+    use chrono::Utc;
+    use std::collections::BTreeMap;
+
+    fn rule() -> AlertRule {
+        AlertRule {
+            alertname: "A".into(),
+            select: Selector {
+                kind_label: Some("kind".into()),
+                ..Selector::default()
+            },
+            verify_query: None,
+            allow_cluster_wide: false,
+            max_resources: 10,
+        }
+    }
+
+    fn scope(kind: &str) -> Scope {
+        let labels: BTreeMap<String, String> = [("kind".to_string(), kind.to_string())].into();
+        Scope::from_alert(&rule(), &labels)
+    }
+
+    /// Applies an update as the engine does.
+    fn apply(t: &mut Tracker, book: &mut Book, up: Update) {
+        if let Some(b) = up.replace {
+            *book = b;
+        }
+        for n in up.fold {
+            book.notify(&rule(), &n.scope, n.firing, n.at).unwrap();
+            t.folded(n.seq);
+        }
+    }
+
+    #[test]
+    fn a_notification_taken_by_a_follower_reaches_the_next_leader_once() {
+        let t0 = Utc::now();
+        // The old leader folded a firing notification and wrote it.
+        let mut old = Tracker::default();
+        let mut old_book = Book::default();
+        let mut rec = Record::empty();
+        rec.append(&[(scope("K"), true, t0)]).unwrap();
+        let up = old.read(true, Ok(Some((rec.clone(), "1".into()))));
+        apply(&mut old, &mut old_book, up);
+        let (written, rv) = old.to_write(&old_book, "old").unwrap().unwrap();
+        assert_eq!(rv.as_deref(), Some("1"));
+        assert!(written.inbox.is_empty() && written.consumed == 1);
+        // A follower appends the resolved notification; the old leader dies.
+        let mut rec = written;
+        rec.append(&[(scope("K"), false, t0)]).unwrap();
+        // The follower showed the record; on becoming leader it loads it
+        // and folds the resolved notification.
+        let mut new = Tracker::default();
+        let mut book = Book::default();
+        let up = new.read(false, Ok(Some((rec.clone(), "2".into()))));
+        assert!(up.fold.is_empty(), "a follower folds nothing");
+        apply(&mut new, &mut book, up);
+        let up = new.read(true, Ok(Some((rec.clone(), "2".into()))));
+        assert!(up.covered);
+        apply(&mut new, &mut book, up);
+        let ep = &book.map()[&scope("K")];
+        assert!(
+            !ep.firing && ep.fired,
+            "resolved, and proven by the firing one"
+        );
+        let (written, _) = new.to_write(&book, "new").unwrap().unwrap();
+        assert_eq!(written.consumed, 2);
+        assert!(written.inbox.is_empty());
+        // Nothing changed next tick: no write.
+        let up = new.read(true, Ok(Some((written.clone(), "3".into()))));
+        assert!(up.fold.is_empty() && up.replace.is_none());
+        assert!(new.to_write(&book, "new").is_none());
+    }
+
+    #[test]
+    fn a_write_that_conflicted_is_redone_from_the_next_read() {
+        let t0 = Utc::now();
+        let mut t = Tracker::default();
+        let mut book = Book::default();
+        let mut rec = Record::empty();
+        rec.append(&[(scope("K"), true, t0)]).unwrap();
+        let up = t.read(true, Ok(Some((rec.clone(), "1".into()))));
+        apply(&mut t, &mut book, up);
+        let _ = t.to_write(&book, "l").unwrap().unwrap();
+        t.written(&Ok(None));
+        // The conflict came from a replica appending another notification.
+        rec.append(&[(scope("J"), true, t0)]).unwrap();
+        let up = t.read(true, Ok(Some((rec.clone(), "2".into()))));
+        let seqs: Vec<u64> = up.fold.iter().map(|n| n.seq).collect();
+        assert_eq!(seqs, vec![2], "the first is folded already");
+        apply(&mut t, &mut book, up);
+        let (w, rv) = t.to_write(&book, "l").unwrap().unwrap();
+        assert_eq!(rv.as_deref(), Some("2"));
+        assert_eq!(w.episodes.len(), 2);
+        assert!(w.inbox.is_empty());
+    }
+
+    #[test]
+    fn no_write_without_a_read_and_errors_are_kept_for_readiness() {
+        let mut t = Tracker::default();
+        let book = Book::default();
+        t.read(true, Err(RecordError::Api("down".into())));
+        assert!(t.to_write(&book, "l").is_none());
+        assert!(t.error().is_some_and(|e| e.contains("down")));
+        // Nothing recorded yet: the leader keeps its episodes (recovered
+        // from Prometheus), and creates the record once it has some.
+        let up = t.read(true, Ok(None));
+        assert!(up.replace.is_none() && !up.covered);
+        assert!(t.error().is_none());
+        assert!(t.to_write(&book, "l").is_none(), "nothing to say yet");
+        let mut book = Book::default();
+        book.notify(&rule(), &scope("K"), true, Utc::now()).unwrap();
+        t.read(true, Ok(None));
+        let (_, rv) = t.to_write(&book, "l").unwrap().unwrap();
+        assert_eq!(rv, None, "created");
+    }
+}
