@@ -162,9 +162,10 @@ while IFS= read -r k; do
     sh -c '"$1" kustomize "$2" >"$3"' _ "$KUBECTL" "$dir" "$render_dir/$(echo "$dir" | tr / _).yaml"
 done < <(find deploy -name kustomization.yaml | sort)
 
-# The config, container ports, mounts and Lease RBAC are written in several
-# files; keep them in agreement in the rendered output of both modes.
-check "rendered manifests agree with config.yaml (ports, mounts, lease, secret)" \
+# The config, container ports, mounts, Lease and episode record RBAC are
+# written in several files; keep them in agreement in the rendered output of
+# both modes.
+check "rendered manifests agree with config.yaml (ports, mounts, lease, episode record, secret)" \
   "$PYTHON" - "$render_dir/deploy_overlays_standalone.yaml" "$render_dir/deploy_overlays_sidecar.yaml" <<'PY'
 import sys, yaml
 
@@ -212,6 +213,31 @@ for path, deploy, container in ((sys.argv[1], "remedy", "remedy"), (sys.argv[2],
     names = [n for r in role["rules"] for n in r.get("resourceNames", [])]
     if le["lease_name"] not in names:
         errors.append(f"{where} lease {le['lease_name']} not in Role resourceNames {names}")
+    # Every replica records webhooks in the episode record ConfigMap:
+    # get/update/patch on that name, create (not limitable by name).
+    record = le.get("episode_record", "remedy-episodes")
+    def grants(verb, name=None):
+        return any(r.get("apiGroups") == [""] and "configmaps" in r.get("resources", [])
+                   and verb in r.get("verbs", []) and (name is None or name in r.get("resourceNames", []))
+                   and (name is not None or not r.get("resourceNames"))
+                   for r in role["rules"])
+    for verb in ("get", "update", "patch"):
+        if not grants(verb, record):
+            errors.append(f"{where} Role does not grant {verb} on ConfigMap {record} (leader_election.episode_record)")
+    if not grants("create"):
+        errors.append(f"{where} Role does not grant create on configmaps (episode record)")
+    for r in role["rules"]:
+        if "configmaps" in r.get("resources", []) and set(r["verbs"]) - {"create"} and record not in r.get("resourceNames", []):
+            errors.append(f"{where} Role grants {r['verbs']} on configmaps beyond the episode record: {r}")
+    # The admission policy checks remedy's writes field by field; its writes
+    # to the episode record are data, which it must leave alone.
+    for vap in (x for x in docs if x["kind"] == "ValidatingAdmissionPolicy"):
+        excl = vap["spec"]["matchConstraints"].get("excludeResourceRules", [])
+        if not any(r.get("apiGroups") == [""] and r.get("resources") == ["configmaps"]
+                   and r.get("resourceNames") == [record] and "UPDATE" in r.get("operations", []) for r in excl):
+            errors.append(f"{where} admission policy {vap['metadata']['name']} does not exclude UPDATEs of ConfigMap {record}")
+    if deploy != "remedy" and any(x["kind"] == "PodDisruptionBudget" for x in docs):
+        errors.append(f"{where} a PodDisruptionBudget is left over from the standalone base")
     sa = pod.get("serviceAccountName")
     for kind in ("ClusterRoleBinding", "RoleBinding"):
         b = one(docs, kind, name="remedy" if kind == "ClusterRoleBinding" else "remedy-leader-election")
@@ -229,10 +255,13 @@ for e in errors:
 sys.exit(1 if errors else 0)
 PY
 
-# Standalone: one replica that is replaced, never rolled (a rollout would
-# split webhook deliveries); the NetworkPolicy opens the container's port to
-# the namespace the signals URLs point at and lets remedy reach those ports.
-check "standalone: Recreate strategy, NetworkPolicy matches the port and signals" \
+# Standalone: highly available, two replicas with leader election (any
+# replica accepts webhooks and records them in the episode record for the
+# leader), rolled without going below two ready pods, spread over nodes, one
+# eviction at a time; the Service reaches every ready replica. The
+# NetworkPolicy opens the container's port to the namespace the signals URLs
+# point at and lets remedy reach those ports.
+check "standalone: 2 replicas, RollingUpdate, anti-affinity, PDB; NetworkPolicy matches the port and signals" \
   "$PYTHON" - "$render_dir/deploy_overlays_standalone.yaml" <<'PY'
 import sys, yaml
 from urllib.parse import urlsplit
@@ -243,9 +272,30 @@ def one(kind, name):
     return found[0]
 errors = []
 d = one("Deployment", "remedy")
-if d["spec"].get("replicas") == 1 and d["spec"].get("strategy", {}).get("type") != "Recreate":
-    errors.append("one replica without strategy Recreate")
 pod = d["spec"]["template"]
+if d["spec"].get("replicas") != 2:
+    errors.append(f"replicas {d['spec'].get('replicas')}, want 2")
+strategy = d["spec"].get("strategy", {})
+if strategy != {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}:
+    errors.append(f"strategy {strategy}, want RollingUpdate with maxSurge 1, maxUnavailable 0")
+own = d["spec"]["selector"]["matchLabels"]
+if any(pod["metadata"]["labels"].get(k) != v for k, v in own.items()):
+    errors.append(f"Deployment selector {own} does not select its pods")
+anti = pod["spec"].get("affinity", {}).get("podAntiAffinity", {}).get("preferredDuringSchedulingIgnoredDuringExecution", [])
+if not any(t.get("weight") == 100 and t["podAffinityTerm"].get("topologyKey") == "kubernetes.io/hostname"
+           and t["podAffinityTerm"].get("labelSelector") == {"matchLabels": own} for t in anti):
+    errors.append(f"no preferred pod anti-affinity (weight 100, kubernetes.io/hostname, {own}): {anti}")
+pdb = one("PodDisruptionBudget", "remedy")
+if pdb["apiVersion"] != "policy/v1" or pdb["spec"].get("maxUnavailable") != 1 or "minAvailable" in pdb["spec"]:
+    errors.append(f"PodDisruptionBudget {pdb['apiVersion']} {pdb['spec']}, want policy/v1 maxUnavailable: 1")
+if pdb["spec"]["selector"] != {"matchLabels": own}:
+    errors.append(f"PodDisruptionBudget selector {pdb['spec']['selector']} is not the Deployment's {own}")
+svc = one("Service", "remedy")["spec"]["selector"]
+if any(pod["metadata"]["labels"].get(k) != v for k, v in svc.items()) or set(svc) - set(own):
+    errors.append(f"Service selector {svc} must select every remedy pod (the Deployment's labels {own} only)")
+le = yaml.safe_load(one("ConfigMap", pod["spec"]["volumes"][0]["configMap"]["name"])["data"]["config.yaml"])["leader_election"]
+if not le.get("enabled"):
+    errors.append("two replicas without leader_election.enabled: both would write")
 c = next(c for c in pod["spec"]["containers"] if c["name"] == "remedy")
 cm = one("ConfigMap", pod["spec"]["volumes"][0]["configMap"]["name"])
 cfg = yaml.safe_load(cm["data"]["config.yaml"])
@@ -418,20 +468,26 @@ check "the chart's admission policy is deploy/components/admission-policy's" \
 # Optional (HELM=path, scripts/test sets it): lint and render the chart with
 # its defaults and with every switch flipped, and check that the defaults
 # render what deploy/overlays/standalone does: RBAC rules, container args,
-# security, probes, strategy, config, NetworkPolicy, ServiceMonitor and the
-# PrometheusRule's rules (escaped `{{ }}` included).
+# security, probes, replicas, strategy, anti-affinity, PodDisruptionBudget,
+# config, NetworkPolicy, ServiceMonitor and the PrometheusRule's rules
+# (escaped `{{ }}` included).
 chart=deploy/helm/remedy
 if [[ -n ${HELM:-} ]]; then
   all_on=(--set tls.enabled=true --set tls.certManager.enabled=true
     --set serviceMonitor.labels.release=kube-prometheus-stack
     --set prometheusRule.labels.release=kube-prometheus-stack
-    --set webhookToken.existingSecret=my-token --set replicas=2)
+    --set webhookToken.existingSecret=my-token --set replicas=3
+    --set podAntiAffinity=hard --set config.leader_election.episode_record=my-episodes)
+  # Without leader election every replica would write: one, replaced.
   all_off=(--set serviceMonitor.enabled=false --set prometheusRule.enabled=false
     --set networkPolicy.enabled=false --set config.leader_election.enabled=false
-    --set admissionPolicy.enabled=false)
+    --set admissionPolicy.enabled=false --set replicas=1
+    --set podDisruptionBudget.enabled=false --set podAntiAffinity=none)
   check "helm lint $chart" "$HELM" lint --strict "$chart"
-  check "helm lint $chart (TLS, labels, existing Secret, 2 replicas)" "$HELM" lint --strict "$chart" "${all_on[@]}"
-  check "helm lint $chart (operator objects, NetworkPolicy, leader election off)" "$HELM" lint --strict "$chart" "${all_off[@]}"
+  check "helm lint $chart (TLS, labels, existing Secret, 3 replicas, hard anti-affinity, episode record)" "$HELM" lint --strict "$chart" "${all_on[@]}"
+  check "helm lint $chart (operator objects, NetworkPolicy, PDB, leader election off, 1 replica)" "$HELM" lint --strict "$chart" "${all_off[@]}"
+  check "helm template $chart refuses 2 replicas without leader election" \
+    sh -c '! "$1" template remedy "$2" -n remedy-system --set config.leader_election.enabled=false >/dev/null 2>&1' _ "$HELM" "$chart"
   check "helm template $chart" \
     sh -c '"$1" template remedy "$2" -n remedy-system >"$3"' _ "$HELM" "$chart" "$render_dir/helm.yaml"
   check "helm template $chart (switches flipped)" \
@@ -440,7 +496,7 @@ if [[ -n ${HELM:-} ]]; then
   check "helm template $chart (switches off)" \
     sh -c 'h=$1 c=$2 o=$3; shift 3; "$h" template remedy "$c" -n remedy-system "$@" >"$o"' \
     _ "$HELM" "$chart" "$render_dir/helm-off.yaml" "${all_off[@]}"
-  check "helm chart renders what kustomize renders (RBAC, args, config, policy, monitoring)" \
+  check "helm chart renders what kustomize renders (RBAC, args, HA, config, policy, monitoring)" \
     "$PYTHON" - "$render_dir/deploy_overlays_standalone.yaml" "$render_dir/helm.yaml" \
     "$render_dir/helm-on.yaml" "$render_dir/helm-off.yaml" <<'PY'
 import sys, yaml
@@ -475,6 +531,20 @@ for probe in ("livenessProbe", "readinessProbe"):
     same(probe, a, b)
 same("pod securityContext", kd["spec"]["template"]["spec"]["securityContext"], hd["spec"]["template"]["spec"]["securityContext"])
 same("replicas, strategy", (kd["spec"]["replicas"], kd["spec"]["strategy"]), (hd["spec"]["replicas"], hd["spec"]["strategy"]))
+# Anti-affinity and the PDB select each install's own pod labels (the chart
+# adds app.kubernetes.io/instance); otherwise equal.
+def unlabel(v, sel):
+    if isinstance(v, dict):
+        return {key: ("<own pods>" if key == "labelSelector" and x == {"matchLabels": sel} else unlabel(x, sel)) for key, x in v.items()}
+    if isinstance(v, list):
+        return [unlabel(x, sel) for x in v]
+    return v
+ksel, hsel = kd["spec"]["selector"]["matchLabels"], hd["spec"]["selector"]["matchLabels"]
+same("pod affinity", unlabel(kd["spec"]["template"]["spec"].get("affinity"), ksel), unlabel(hd["spec"]["template"]["spec"].get("affinity"), hsel))
+kp, hp = one(k, "PodDisruptionBudget"), one(h, "PodDisruptionBudget")
+same("PodDisruptionBudget", (kp["apiVersion"], {**kp["spec"], "selector": kp["spec"]["selector"] == {"matchLabels": ksel}}),
+     (hp["apiVersion"], {**hp["spec"], "selector": hp["spec"]["selector"] == {"matchLabels": hsel}}))
+same("Service selects the Deployment's pods", one(k, "Service")["spec"]["selector"] == ksel, one(h, "Service")["spec"]["selector"] == hsel)
 same("mount paths", sorted(m["mountPath"] for m in kc["volumeMounts"]), sorted(m["mountPath"] for m in hc["volumeMounts"]))
 cfg = lambda docs: yaml.safe_load(one(docs, "ConfigMap")["data"]["config.yaml"])
 same("config.yaml", cfg(k), cfg(h))
@@ -512,12 +582,33 @@ if any(d["kind"] == "Secret" for d in on):
 vols = one(on, "Deployment")["spec"]["template"]["spec"]["volumes"]
 if not any(v.get("secret", {}).get("secretName") == "my-token" for v in vols):
     errors.append("existingSecret is not mounted")
-if one(on, "Deployment")["spec"]["strategy"]["type"] != "RollingUpdate":
-    errors.append("2 replicas: want RollingUpdate")
+d = one(on, "Deployment")
+if d["spec"]["replicas"] != 3 or d["spec"]["strategy"]["type"] != "RollingUpdate":
+    errors.append(f"replicas=3: replicas {d['spec']['replicas']}, strategy {d['spec']['strategy']}")
+sel = d["spec"]["selector"]["matchLabels"]
+req = d["spec"]["template"]["spec"].get("affinity", {}).get("podAntiAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+if req != [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": sel}}]:
+    errors.append(f"podAntiAffinity=hard: required anti-affinity {req}")
+one(on, "PodDisruptionBudget")
+# A renamed episode record: the Role and the admission policy follow it.
+rules = one(on, "Role")["rules"]
+if not any(r.get("resources") == ["configmaps"] and r.get("resourceNames") == ["my-episodes"]
+           and r.get("verbs") == ["get", "update", "patch"] for r in rules):
+    errors.append(f"episode_record=my-episodes: not the Role's ConfigMap resourceNames: {rules}")
+excl = one(on, "ValidatingAdmissionPolicy")["spec"]["matchConstraints"]["excludeResourceRules"]
+if not any(r.get("resources") == ["configmaps"] and r.get("resourceNames") == ["my-episodes"] for r in excl):
+    errors.append(f"episode_record=my-episodes: not excluded from the admission policy: {excl}")
+if cfg(on)["leader_election"].get("episode_record") != "my-episodes":
+    errors.append("episode_record=my-episodes: not in the ConfigMap's config.yaml")
 # Switches off.
-gone = {d["kind"] for d in off} & {"ServiceMonitor", "PrometheusRule", "NetworkPolicy", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+gone = {d["kind"] for d in off} & {"ServiceMonitor", "PrometheusRule", "NetworkPolicy", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PodDisruptionBudget"}
 if gone:
     errors.append(f"switched off, still rendered: {sorted(gone)}")
+d = one(off, "Deployment")
+if d["spec"]["replicas"] != 1 or d["spec"]["strategy"] != {"type": "Recreate"}:
+    errors.append(f"leader election off: want 1 replica, Recreate; got {d['spec']['replicas']}, {d['spec']['strategy']}")
+if "affinity" in d["spec"]["template"]["spec"]:
+    errors.append("podAntiAffinity=none: the pod still has an affinity")
 print("\n".join(errors) or "in step")
 sys.exit(1 if errors else 0)
 PY

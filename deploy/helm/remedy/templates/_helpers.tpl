@@ -48,3 +48,37 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $_ := set $cfg "leader_election" $le -}}
 {{- toYaml $cfg -}}
 {{- end -}}
+
+{{/*
+The episode record ConfigMap (config.leader_election.episode_record) every
+replica writes webhook notifications into; remedy's own default when unset.
+*/}}
+{{- define "remedy.episodeRecord" -}}
+{{- (.Values.config.leader_election | default dict).episode_record | default "remedy-episodes" -}}
+{{- end -}}
+
+{{/* The pod's affinity: values.affinity if set, else the podAntiAffinity rule. */}}
+{{- define "remedy.affinity" -}}
+{{- $mode := toString .Values.podAntiAffinity -}}
+{{- if .Values.affinity -}}
+{{- toYaml .Values.affinity -}}
+{{- else if eq $mode "soft" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "remedy.selectorLabels" . | nindent 12 }}
+{{- else if eq $mode "hard" -}}
+podAntiAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- include "remedy.selectorLabels" . | nindent 10 }}
+{{- else if ne $mode "none" -}}
+{{- fail (printf "podAntiAffinity is %q: want soft, hard or none" $mode) -}}
+{{- end -}}
+{{- end -}}
