@@ -199,6 +199,9 @@ pub struct Engine {
     streams: Vec<String>,
     /// Set with leader election: episodes live in the episode record.
     record: OnceLock<RecordLink>,
+    /// Readiness notes as of the last tick: /readyz reads these and never
+    /// waits for a tick holding the engine's state.
+    problems: Mutex<Vec<String>>,
 }
 
 impl Engine {
@@ -237,6 +240,7 @@ impl Engine {
             recovery: Mutex::new(recovery::Schedule::default()),
             streams,
             record: OnceLock::new(),
+            problems: Mutex::new(Vec::new()),
         })
     }
 
@@ -577,6 +581,10 @@ impl Engine {
         self.record_in(self.leader.is_leader()).await;
         self.decide().await;
         self.record_out().await;
+        let notes = self.collect_problems();
+        if let Ok(mut p) = self.problems.lock() {
+            *p = notes;
+        }
     }
 
     async fn decide(&self) {
@@ -982,8 +990,13 @@ impl Engine {
             .unwrap_or_default()
     }
 
-    /// Readiness detail: verification problems are reported, not hidden.
+    /// Readiness detail as of the last tick: verification problems are
+    /// reported, not hidden.
     pub fn problems(&self) -> Vec<String> {
+        self.problems.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    fn collect_problems(&self) -> Vec<String> {
         let name = self.record.get().map(|l| l.api.name().to_string());
         self.state
             .lock()
