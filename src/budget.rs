@@ -385,17 +385,50 @@ pub fn plan_releases<K: Clone + Ord>(
     now: Duration,
     max_per_tick: usize,
 ) -> ReleasePlan<K> {
-    let mut order: Vec<&Candidate<K>> = candidates.iter().collect();
-    order.sort_by(|a, b| {
+    plan_shared(candidates, |_| (0, breaker_open), bucket, now, max_per_tick)
+}
+
+/// As [`plan_releases`], with failure domains: `domain(key)` gives the
+/// candidate's share (its domain) and whether that domain's breaker is
+/// open. Releases go round robin over the shares, each in crash-count
+/// order, so a domain with a long backlog cannot take every token while
+/// another waits; with one share this is exactly `plan_releases`.
+pub fn plan_shared<K: Clone + Ord>(
+    candidates: &[Candidate<K>],
+    domain: impl Fn(&K) -> (usize, bool),
+    bucket: &mut TokenBucket,
+    now: Duration,
+    max_per_tick: usize,
+) -> ReleasePlan<K> {
+    let mut order: Vec<(&Candidate<K>, usize, bool)> = candidates
+        .iter()
+        .map(|c| {
+            let (share, open) = domain(&c.key);
+            (c, share, open)
+        })
+        .collect();
+    order.sort_by(|(a, ..), (b, ..)| {
         a.crash_count
             .cmp(&b.crash_count)
             .then_with(|| a.key.cmp(&b.key))
     });
+    // Round robin: the n-th candidate of every share before any (n+1)-th;
+    // the sort is stable, so crash-count order holds within a round.
+    let mut seen: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    let mut ranked: Vec<(usize, &Candidate<K>, bool)> = order
+        .into_iter()
+        .map(|(c, share, open)| {
+            let n = seen.entry(share).or_insert(0);
+            *n += 1;
+            (*n, c, open)
+        })
+        .collect();
+    ranked.sort_by_key(|(rank, ..)| *rank);
     let mut plan = ReleasePlan {
         release: Vec::new(),
         waiting: Vec::with_capacity(candidates.len()),
     };
-    for c in order {
+    for (_, c, breaker_open) in ranked {
         let reason = if breaker_open {
             Some(WaitReason::Breaker)
         } else if !c.backoff_remaining.is_zero() {
@@ -431,6 +464,7 @@ mod tests {
             window: secs(10),
             cooldown: secs(30),
             query: None,
+            domain: crate::config::DomainBy::Cluster,
         }
     }
 
@@ -627,6 +661,40 @@ mod tests {
     }
 
     #[test]
+    fn domains_share_the_budget_and_an_open_domain_waits_alone() {
+        let c = |key: &'static str, crash_count| Candidate {
+            key,
+            crash_count,
+            backoff_remaining: Duration::ZERO,
+        };
+        // a-* in domain 0 (a long backlog, lower crash counts), b-* in 1,
+        // x-* in 2 whose breaker is open.
+        let cands = vec![
+            c("a1", 0),
+            c("a2", 0),
+            c("a3", 0),
+            c("a4", 1),
+            c("b1", 3),
+            c("b2", 4),
+            c("x1", 0),
+        ];
+        let domain = |k: &&str| match k.as_bytes()[0] {
+            b'a' => (0, false),
+            b'b' => (1, false),
+            _ => (2, true),
+        };
+        let mut bucket = TokenBucket::new(1.0, 4);
+        let plan = plan_shared(&cands, domain, &mut bucket, secs(0), 10);
+        assert_eq!(plan.release, vec!["a1", "b1", "a2", "b2"]);
+        assert!(plan.waiting.contains(&("x1", WaitReason::Breaker)));
+        assert!(plan.waiting.contains(&("a3", WaitReason::Budget)));
+        // One share: the cluster-wide order, lowest crash count first.
+        let mut bucket = TokenBucket::new(1.0, 4);
+        let plan = plan_releases(&cands, false, &mut bucket, secs(0), 10);
+        assert_eq!(plan.release, vec!["a1", "a2", "a3", "x1"]);
+    }
+
+    #[test]
     fn planner_orders_and_spends_only_on_release() {
         let cands = vec![
             Candidate {
@@ -811,6 +879,7 @@ mod tests {
             window: Duration::from_secs(10),
             cooldown: Duration::from_secs(60),
             query: None,
+            domain: crate::config::DomainBy::Cluster,
         };
         let mut b = OutageBreaker::new(&cfg);
         let at = |s| Duration::from_secs(s);

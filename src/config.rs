@@ -3,6 +3,7 @@
 
 use crate::backoff::BackoffPolicy;
 use crate::classify::{Classifier, RuleSpec, default_rules};
+pub use crate::domains::DomainBy;
 use crate::profile::{self, Profile};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -91,6 +92,10 @@ pub struct BreakerConfig {
     /// Optional PromQL returning the fleet-wide ratio across remedy instances.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<String>,
+    /// One breaker per failure domain (see `domains`): `cluster` (one for
+    /// the fleet), `kind`, `namespace`, `{label: KEY}` or `{field: /PTR}`.
+    #[serde(default)]
+    pub domain: DomainBy,
 }
 
 impl Default for BreakerConfig {
@@ -102,6 +107,7 @@ impl Default for BreakerConfig {
             window: Duration::from_secs(300),
             cooldown: Duration::from_secs(600),
             query: None,
+            domain: DomainBy::Cluster,
         }
     }
 }
@@ -418,7 +424,27 @@ impl Config {
     }
 
     pub fn validate(self) -> Result<Validated, ConfigError> {
-        let profiles = self.resolve_profiles()?;
+        let mut profiles = self.resolve_profiles()?;
+        match &self.breaker.domain {
+            DomainBy::Label(l) if l.is_empty() || l.len() > 317 => {
+                return Err(ConfigError::invalid(
+                    "breaker.domain.label",
+                    "must be a label key",
+                ));
+            }
+            DomainBy::Field(f) if !f.starts_with('/') || f.len() < 2 => {
+                return Err(ConfigError::invalid(
+                    "breaker.domain.field",
+                    "must be a JSON pointer, e.g. /spec/failureDomain",
+                ));
+            }
+            DomainBy::Field(f) => {
+                for p in &mut profiles {
+                    p.fields.failure_domain = vec![f.clone()];
+                }
+            }
+            _ => {}
+        }
         self.backoff
             .validate()
             .map_err(|e| ConfigError::invalid("backoff", e))?;
@@ -647,6 +673,27 @@ mod tests {
     }
 
     #[test]
+    fn a_field_domain_is_projected_by_every_profile() {
+        let v = Config::from_yaml(
+            "profiles: [capi-machine, openstack-machine]\nbreaker: {domain: {field: /spec/failureDomain}}\n",
+        )
+        .unwrap()
+        .validate()
+        .unwrap();
+        let obj: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m", "namespace": "ns", "labels": {"a": "b"}},
+            "spec": {"failureDomain": "eu-1a"}
+        }))
+        .unwrap();
+        for p in &v.profiles {
+            let view = p.project(&obj).view;
+            assert_eq!(view.label(crate::domains::FIELD_LABEL), Some("eu-1a"));
+            assert_eq!(view.label("a"), Some("b"));
+        }
+    }
+
+    #[test]
     fn the_readme_config_block_is_a_real_config() {
         let readme = include_str!("../README.md");
         let start = readme
@@ -742,6 +789,16 @@ alerts:
             (
                 "breaker: {open_ratio: 0.1, close_ratio: 0.5, min_resources: 1, window: 1m, cooldown: 1m}",
                 "breaker.close_ratio",
+            ),
+            (
+                "breaker: {domain: {field: spec.zone}}",
+                "breaker.domain.field",
+            ),
+            ("breaker: {domain: {label: ''}}", "breaker.domain.label"),
+            ("breaker: {domain: zone}", "unknown failure domain"),
+            (
+                "leader_election: {episode_record: Remedy_Episodes}",
+                "leader_election.episode_record",
             ),
             ("alerts: [{alertname: X}]", "signals.prometheus_url"),
             ("tls: {cert_file: '', key_file: k.pem}", "`tls.cert_file`"),

@@ -3,9 +3,10 @@
 //! (lowest crash_count first); workers carry the goals out. Followers run
 //! the same loop for metrics but never enqueue a write.
 
-use crate::budget::{Candidate, OutageBreaker, Sample, TokenBucket, plan_releases};
+use crate::budget::{Candidate, Sample, TokenBucket, plan_shared};
 use crate::classify::Verdict;
 use crate::config::{AlertRule, Config};
+use crate::domains::Breakers;
 pub use crate::episodes::Episode;
 use crate::episodes::{Book, EPISODE_TTL, MAX_EPISODES, Refusal};
 use crate::leader::Leadership;
@@ -39,6 +40,9 @@ pub struct StatusReport {
     pub leader: bool,
     pub dry_run: bool,
     pub breaker_open: bool,
+    /// Failure domains whose breaker is open (`breaker.domain`).
+    #[serde(default)]
+    pub open_domains: Vec<String>,
     pub budget_tokens: f64,
     pub held: Vec<String>,
     pub pending: Vec<String>,
@@ -74,6 +78,8 @@ impl StatusReport {
             leader: self.leader,
             dry_run: self.dry_run,
             breaker_open: self.breaker_open,
+            // At most MAX_DOMAINS: no need to cut.
+            open_domains: self.open_domains.clone(),
             budget_tokens: self.budget_tokens,
             held: self.held.iter().take(limit).cloned().collect(),
             pending: self.pending.iter().take(limit).cloned().collect(),
@@ -91,7 +97,8 @@ impl StatusReport {
 }
 
 struct State {
-    breaker: OutageBreaker,
+    /// One outage breaker per failure domain (`breaker.domain`).
+    breakers: Breakers,
     bucket: TokenBucket,
     episodes: Book,
     /// resourceVersion a goal was planned from: the key is not planned again
@@ -228,7 +235,7 @@ impl Engine {
             dry_run: cfg.dry_run,
             origin: Instant::now(),
             state: Mutex::new(State {
-                breaker: OutageBreaker::new(&cfg.breaker),
+                breakers: Breakers::new(&cfg.breaker, cfg.breaker.domain.clone()),
                 bucket: TokenBucket::new(cfg.budget.refill_per_second, cfg.budget.burst),
                 episodes: Book::default(),
                 planned_at_rv: HashMap::new(),
@@ -643,23 +650,23 @@ impl Engine {
             .collect();
         let episodes = &st.episodes;
 
-        let mut sample = Sample {
-            total: 0,
-            failing: 0,
-            not_found: 0,
-            external_ratio: external,
-        };
+        let mut samples: BTreeMap<Arc<str>, Sample> = BTreeMap::new();
+        let mut domain_of: HashMap<ResourceKey, Arc<str>> = HashMap::new();
         let mut holds: Vec<(ResourceKey, String, u32)> = Vec::new();
         let mut candidates: Vec<Candidate<ResourceKey>> = Vec::new();
         let mut goals: HashMap<ResourceKey, Goal> = HashMap::new();
         let mut recovered: Vec<Scope> = Vec::new();
         let mut held_keys = Vec::new();
-        let mut breaker_holds = 0usize;
+        let mut breaker_holds: BTreeMap<Arc<str>, usize> = BTreeMap::new();
         let mut settling: HashMap<String, i64> = HashMap::new();
         let mut settling_keys: Vec<String> = Vec::new();
-        let breaker_open_before = st.breaker.is_open();
         let planned = &st.planned_at_rv;
+        let breakers = &mut st.breakers;
         self.store.for_each(|key, e| {
+            let domain = breakers.slot(key, &e.view);
+            // As of the last tick: this tick's samples are not in yet.
+            let open_before = breakers.is_open(&domain);
+            let sample = samples.entry(domain.clone()).or_default();
             sample.total += 1;
             let held = matches!(e.view.pause, PauseState::Ours { .. });
             // Signals that predate remedy's own last write (a released or
@@ -690,7 +697,7 @@ impl Engine {
                 held_keys.push(key.to_string());
                 if matches!(&e.view.pause, PauseState::Ours { reason: Some(r), .. } if r.as_ref() == BREAKER_REASON)
                 {
-                    breaker_holds += 1;
+                    *breaker_holds.entry(domain.clone()).or_insert(0) += 1;
                 }
             }
             if e.view.deleting || e.view.pause == PauseState::Foreign {
@@ -718,7 +725,7 @@ impl Engine {
                 episodes.targets(key) && verified.iter().any(|s| s.matches(key, &e.view));
             let failing = transient || not_found;
             if !held {
-                if failing && profile.hold.is_some() && (breaker_open_before || in_firing) {
+                if failing && profile.hold.is_some() && (open_before || in_firing) {
                     let reason = firing
                         .iter()
                         .find(|s| s.matches(key, &e.view))
@@ -749,6 +756,7 @@ impl Engine {
                 }
             }
             if goals.contains_key(key) {
+                domain_of.insert(key.clone(), domain);
                 candidates.push(Candidate {
                     key: key.clone(),
                     crash_count: crashes,
@@ -766,23 +774,31 @@ impl Engine {
             st.resumed = false;
         } else if synced && !st.resumed {
             st.resumed = true;
-            if breaker_holds > 0 && !st.breaker.is_open() {
-                st.breaker.resume(now);
-                tracing::info!(
-                    held = breaker_holds,
-                    "leading with breaker holds: breaker resumed open, cooldown runs from now"
-                );
+            for (domain, held) in &breaker_holds {
+                if !st.breakers.is_open(domain) {
+                    st.breakers.resume(now, domain);
+                    tracing::info!(
+                        held,
+                        %domain,
+                        "leading with breaker holds: breaker resumed open, cooldown runs from now"
+                    );
+                }
             }
         }
-        let state = st.breaker.observe(now, sample);
-        let breaker_open = state.is_open();
-        if breaker_open != breaker_open_before {
-            tracing::warn!(open = breaker_open, ?state, "outage breaker changed");
+        for (domain, before, after) in st.breakers.observe(now, samples, external) {
+            tracing::warn!(%domain, open = after.is_open(), ?before, state = ?after, "outage breaker changed");
         }
-        self.metrics
-            .breaker_open
-            .get_or_create(&ScopeLabels { scope: "cluster" })
-            .set(i64::from(breaker_open));
+        let scope = st.breakers.by().label();
+        for (domain, state) in st.breakers.states() {
+            self.metrics
+                .breaker_open
+                .get_or_create(&ScopeLabels {
+                    scope,
+                    domain: domain.to_string(),
+                })
+                .set(i64::from(state.is_open()));
+        }
+        let breaker_open = st.breakers.any_open();
         for s in recovered {
             st.episodes.adopt_hold(s, wall);
         }
@@ -806,9 +822,24 @@ impl Engine {
             }
             // Until every watch has listed, the holds on record are not all
             // known: release nothing yet.
-            let plan = plan_releases(
+            // Each candidate waits on its own domain's breaker; domains take
+            // turns at the budget.
+            let resumed = st.resumed;
+            let breakers = &st.breakers;
+            let shares: HashMap<&str, usize> = breakers
+                .states()
+                .enumerate()
+                .map(|(i, (d, _))| (d.as_ref(), i))
+                .collect();
+            let plan = plan_shared(
                 &candidates,
-                breaker_open || !st.resumed,
+                |k| {
+                    let d = domain_of.get(k).map_or("", |d| d.as_ref());
+                    (
+                        shares.get(d).copied().unwrap_or(0),
+                        !resumed || breakers.is_open(d),
+                    )
+                },
                 &mut st.bucket,
                 now,
                 self.max_per_tick,
@@ -872,6 +903,7 @@ impl Engine {
             leader,
             dry_run: self.dry_run,
             breaker_open,
+            open_domains: st.breakers.open(),
             budget_tokens: tokens,
             held: held_keys,
             pending: self.pending.keys(),

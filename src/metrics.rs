@@ -101,7 +101,10 @@ pub struct KindReasonLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScopeLabels {
+    /// How domains are keyed: cluster | kind | namespace | label | field.
     pub scope: &'static str,
+    /// The failure domain (bounded, `domains::MAX_DOMAINS`).
+    pub domain: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

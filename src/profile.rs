@@ -68,6 +68,11 @@ pub struct FieldPaths {
     pub crash_count: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failure_time: Vec<String>,
+    /// Where the object names its failure domain (zone, region), for
+    /// `breaker.domain: {field: …}`; kept among the view's labels as
+    /// [`crate::domains::FIELD_LABEL`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failure_domain: Vec<String>,
 }
 
 /// How a profile's controller is paused: an annotation (CAPI, Crossplane)
@@ -239,13 +244,14 @@ impl Profile {
             return Err(empty("kind"));
         }
         let f = &self.fields;
-        let groups: [(&'static str, &Vec<String>); 6] = [
+        let groups: [(&'static str, &Vec<String>); 7] = [
             ("fields.failure_reason", &f.failure_reason),
             ("fields.failure_message", &f.failure_message),
             ("fields.conditions", &f.conditions),
             ("fields.state", &f.state),
             ("fields.crash_count", &f.crash_count),
             ("fields.failure_time", &f.failure_time),
+            ("fields.failure_domain", &f.failure_domain),
         ];
         for (field, paths) in groups {
             for p in paths {
@@ -335,7 +341,13 @@ impl Profile {
                 meta.labels
                     .iter()
                     .flatten()
-                    .map(|(k, v)| (k.as_str(), v.as_str())),
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .chain(
+                        first(&obj.data, &self.fields.failure_domain)
+                            .and_then(Value::as_str)
+                            .filter(|d| !d.is_empty())
+                            .map(|d| (crate::domains::FIELD_LABEL, d)),
+                    ),
             ),
             deleting: meta.deletion_timestamp.is_some(),
             ..ResourceView::default()

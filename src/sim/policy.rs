@@ -392,6 +392,7 @@ impl RemedyParams {
                 window: Duration::from_secs(10),
                 cooldown: Duration::from_secs(20),
                 query: None,
+                domain: crate::config::DomainBy::Cluster,
             },
             backoff: BackoffPolicy {
                 base: Duration::from_secs(1),

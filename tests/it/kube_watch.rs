@@ -212,7 +212,10 @@ async fn mistyped_fields_are_unclassifiable_and_never_touched() {
     }
     let (_, t) = remedy.get("/metrics").await.expect("metrics");
     assert_eq!(
-        crate::support::sample(&t, r#"remedy_outage_breaker_open{scope="cluster"}"#),
+        crate::support::sample(
+            &t,
+            r#"remedy_outage_breaker_open{scope="cluster",domain="cluster"}"#
+        ),
         Some(0.0),
         "{t}"
     );

@@ -5,6 +5,7 @@ mod cli;
 mod crds;
 mod crossplane;
 mod deploy;
+mod domains;
 mod episode_recovery;
 mod episodes;
 mod events_rbac;

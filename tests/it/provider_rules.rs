@@ -183,7 +183,8 @@ async fn capo_v0_14_unexpectedly_deleted_servers_are_a_not_found_burst() {
     eventually(Duration::from_secs(20), "a not-found burst", || async {
         let (_, text) = remedy.get("/metrics").await?;
         let v = |s: &str| crate::support::sample(&text, s).unwrap_or(0.0);
-        (v(&not_found) == 6.0 && v(r#"remedy_outage_breaker_open{scope="cluster"}"#) == 1.0)
+        (v(&not_found) == 6.0
+            && v(r#"remedy_outage_breaker_open{scope="cluster",domain="cluster"}"#) == 1.0)
             .then_some(())
     })
     .await;

@@ -117,7 +117,10 @@ async fn breaker_holds_failing_resources_then_releases_them_gradually() {
     );
     let (_, text) = remedy.get("/metrics").await.expect("metrics");
     assert_eq!(
-        crate::support::sample(&text, r#"remedy_outage_breaker_open{scope="cluster"}"#),
+        crate::support::sample(
+            &text,
+            r#"remedy_outage_breaker_open{scope="cluster",domain="cluster"}"#
+        ),
         Some(1.0),
         "{text}"
     );

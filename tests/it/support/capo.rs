@@ -52,11 +52,50 @@ fn ready(o: &DynamicObject) -> bool {
     o.data["status"]["ready"] == Value::Bool(true)
 }
 
+/// Whether the cloud answers for this machine.
+type Cloud = Arc<dyn Fn(&DynamicObject) -> bool + Send + Sync>;
+
+/// The zone label a machine is in, for [`StandInCapo::start_zoned`].
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
 impl StandInCapo {
     pub fn start(api: Api<DynamicObject>, delay: Duration) -> Self {
         let cloud_up = Arc::new(AtomicBool::new(false));
+        let up = cloud_up.clone();
+        Self::start_with(
+            api,
+            delay,
+            cloud_up,
+            Arc::new(move |_| up.load(Ordering::SeqCst)),
+        )
+    }
+
+    /// A cloud per zone (the machine's `topology.kubernetes.io/zone`
+    /// label); a machine in no listed zone finds the cloud down.
+    pub fn start_zoned(
+        api: Api<DynamicObject>,
+        delay: Duration,
+        zones: HashMap<String, Arc<AtomicBool>>,
+    ) -> Self {
+        let cloud: Cloud = Arc::new(move |o: &DynamicObject| {
+            o.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ZONE_LABEL))
+                .and_then(|z| zones.get(z))
+                .is_some_and(|up| up.load(Ordering::SeqCst))
+        });
+        Self::start_with(api, delay, Arc::new(AtomicBool::new(false)), cloud)
+    }
+
+    fn start_with(
+        api: Api<DynamicObject>,
+        delay: Duration,
+        cloud_up: Arc<AtomicBool>,
+        cloud: Cloud,
+    ) -> Self {
         let calls = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn(run(api, delay, cloud_up.clone(), calls.clone()));
+        let task = tokio::spawn(run(api, delay, cloud, calls.clone()));
         Self {
             cloud_up,
             calls,
@@ -65,12 +104,7 @@ impl StandInCapo {
     }
 }
 
-async fn run(
-    api: Api<DynamicObject>,
-    delay: Duration,
-    cloud_up: Arc<AtomicBool>,
-    calls: Arc<AtomicU64>,
-) {
+async fn run(api: Api<DynamicObject>, delay: Duration, cloud: Cloud, calls: Arc<AtomicU64>) {
     // name → (resourceVersion, first seen); reconciled versions are skipped.
     let mut seen: HashMap<String, (String, Instant)> = HashMap::new();
     let mut done: HashMap<String, String> = HashMap::new();
@@ -101,7 +135,7 @@ async fn run(
                 continue;
             }
             calls.fetch_add(1, Ordering::SeqCst);
-            let status = if cloud_up.load(Ordering::SeqCst) {
+            let status = if cloud(&o) {
                 json!({"ready": true, "instanceState": "ACTIVE", "instanceID": format!("id-{name}"),
                        "conditions": [{"type": "InstanceReady", "status": "True",
                                        "lastTransitionTime": "2026-12-03T00:00:00Z"}]})
