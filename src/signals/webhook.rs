@@ -558,34 +558,14 @@ impl WebhookState {
         // consistent record.
         let mut dedupe = self.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
         for a in alerts {
-            let status = a.status;
-            let Some(alertname) = a.alertname.filter(|n| self.alertnames.contains(n)) else {
-                summary.ignored += 1;
-                self.metrics.webhook(status.as_str(), "ignored");
+            let Some(event) = self.sift(&mut dedupe, &mut summary, a, group_key, now) else {
                 continue;
             };
-            match dedupe.check(&a.fingerprint, status, a.starts_at, now) {
-                Verdict::New => {}
-                Verdict::Duplicate | Verdict::Stale => {
-                    summary.duplicate += 1;
-                    self.metrics.webhook(status.as_str(), "duplicate");
-                    continue;
-                }
-            }
-            let fingerprint = a.fingerprint.clone();
-            let event = AlertEvent {
-                fingerprint: a.fingerprint,
-                alertname,
-                status,
-                labels: a.labels,
-                starts_at: a.starts_at,
-                ends_at: a.ends_at,
-                group_key: group_key.to_string(),
-                received_at: now,
-            };
+            let (fingerprint, status, starts_at) =
+                (event.fingerprint.clone(), event.status, event.starts_at);
             match self.tx.try_send(event) {
                 Ok(()) => {
-                    dedupe.record(&fingerprint, status, a.starts_at, now);
+                    dedupe.record(&fingerprint, status, starts_at, now);
                     summary.accepted += 1;
                     self.metrics.webhook(status.as_str(), "accepted");
                 }
@@ -594,6 +574,39 @@ impl WebhookState {
             }
         }
         Ok(summary)
+    }
+
+    /// The event for a new alert of a configured name; an ignored or
+    /// duplicate one is counted and gives none.
+    fn sift(
+        &self,
+        dedupe: &mut Dedupe,
+        summary: &mut Summary,
+        a: ValidAlert,
+        group_key: &str,
+        now: DateTime<Utc>,
+    ) -> Option<AlertEvent> {
+        let status = a.status;
+        let Some(alertname) = a.alertname.filter(|n| self.alertnames.contains(n)) else {
+            summary.ignored += 1;
+            self.metrics.webhook(status.as_str(), "ignored");
+            return None;
+        };
+        if dedupe.check(&a.fingerprint, status, a.starts_at, now) != Verdict::New {
+            summary.duplicate += 1;
+            self.metrics.webhook(status.as_str(), "duplicate");
+            return None;
+        }
+        Some(AlertEvent {
+            fingerprint: a.fingerprint,
+            alertname,
+            status,
+            labels: a.labels,
+            starts_at: a.starts_at,
+            ends_at: a.ends_at,
+            group_key: group_key.to_string(),
+            received_at: now,
+        })
     }
 }
 
@@ -615,27 +628,9 @@ impl WebhookState {
         {
             let mut dedupe = self.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
             for a in alerts {
-                let status = a.status;
-                let Some(alertname) = a.alertname.filter(|n| self.alertnames.contains(n)) else {
-                    summary.ignored += 1;
-                    self.metrics.webhook(status.as_str(), "ignored");
-                    continue;
-                };
-                if dedupe.check(&a.fingerprint, status, a.starts_at, now) != Verdict::New {
-                    summary.duplicate += 1;
-                    self.metrics.webhook(status.as_str(), "duplicate");
-                    continue;
+                if let Some(event) = self.sift(&mut dedupe, &mut summary, a, group_key, now) {
+                    fresh.push(event);
                 }
-                fresh.push(AlertEvent {
-                    fingerprint: a.fingerprint,
-                    alertname,
-                    status,
-                    labels: a.labels,
-                    starts_at: a.starts_at,
-                    ends_at: a.ends_at,
-                    group_key: group_key.to_string(),
-                    received_at: now,
-                });
             }
         }
         let Some(first) = fresh.first() else {
