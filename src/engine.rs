@@ -607,10 +607,16 @@ impl Engine {
                 })
             })
             .unwrap_or(false);
-        if run {
+        // With the episode record, a follower shows the leader's episodes
+        // (replaced every tick): its own recovery and verification would be
+        // queries thrown away.
+        let decides = leader || self.record.get().is_none();
+        if run && decides {
             self.recover(wall).await;
         }
-        self.verify(wall).await;
+        if decides {
+            self.verify(wall).await;
+        }
         let external = match (&self.verifier, &self.breaker_query) {
             (Some(v), Some(q)) => v.query_scalar(q).await.ok().flatten(),
             _ => None,
