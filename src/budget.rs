@@ -118,6 +118,10 @@ pub struct Sample {
     pub not_found: u32,
     /// Fleet-wide failing ratio across remedy instances (a PromQL result).
     pub external_ratio: Option<f64>,
+    /// The domain's releases fail again at `close_ratio` or more
+    /// (`decide`): held resources are quiet, not healthy, so calm alone
+    /// must not close it.
+    pub releases_failing: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,7 +278,8 @@ impl OutageBreaker {
         let (ratio, nf_ratio) = self.ratios(sample.external_ratio);
         let open_by_not_found = not_found >= self.min_resources && now_not_found >= self.open_ratio;
         let open_by_ratio = ratio >= self.open_ratio && failing >= self.min_resources;
-        let below = ratio < self.close_ratio && nf_ratio < self.close_ratio;
+        let below =
+            ratio < self.close_ratio && nf_ratio < self.close_ratio && !sample.releases_failing;
 
         self.state = match self.state {
             BreakerState::Closed => {
@@ -400,11 +405,35 @@ pub fn plan_shared<K: Clone + Ord>(
     now: Duration,
     max_per_tick: usize,
 ) -> ReleasePlan<K> {
-    let mut order: Vec<(&Candidate<K>, usize, bool)> = candidates
+    plan_paced(
+        candidates,
+        |k| {
+            let (share, open) = domain(k);
+            (share, if open { 0 } else { usize::MAX }, open)
+        },
+        bucket,
+        now,
+        max_per_tick,
+    )
+}
+
+/// As [`plan_shared`], with each share also limited by its own allowance
+/// this tick (its adaptive pace, `decide::pace`): `domain(key)` gives
+/// (share, allowance, breaker open). A candidate whose share has no
+/// allowance left waits for the breaker if it is open (only probes go
+/// out then), else for the budget.
+pub fn plan_paced<K: Clone + Ord>(
+    candidates: &[Candidate<K>],
+    domain: impl Fn(&K) -> (usize, usize, bool),
+    bucket: &mut TokenBucket,
+    now: Duration,
+    max_per_tick: usize,
+) -> ReleasePlan<K> {
+    let mut order: Vec<(&Candidate<K>, usize, usize, bool)> = candidates
         .iter()
         .map(|c| {
-            let (share, open) = domain(&c.key);
-            (c, share, open)
+            let (share, allow, open) = domain(&c.key);
+            (c, share, allow, open)
         })
         .collect();
     order.sort_by(|(a, ..), (b, ..)| {
@@ -415,12 +444,14 @@ pub fn plan_shared<K: Clone + Ord>(
     // Round robin: the n-th candidate of every share before any (n+1)-th;
     // the sort is stable, so crash-count order holds within a round.
     let mut seen: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
-    let mut ranked: Vec<(usize, &Candidate<K>, bool)> = order
+    let mut left: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    let mut ranked: Vec<(usize, &Candidate<K>, usize, bool)> = order
         .into_iter()
-        .map(|(c, share, open)| {
+        .map(|(c, share, allow, open)| {
             let n = seen.entry(share).or_insert(0);
             *n += 1;
-            (*n, c, open)
+            left.entry(share).or_insert(allow);
+            (*n, c, share, open)
         })
         .collect();
     ranked.sort_by_key(|(rank, ..)| *rank);
@@ -428,9 +459,14 @@ pub fn plan_shared<K: Clone + Ord>(
         release: Vec::new(),
         waiting: Vec::with_capacity(candidates.len()),
     };
-    for (_, c, breaker_open) in ranked {
-        let reason = if breaker_open {
-            Some(WaitReason::Breaker)
+    for (_, c, share, open) in ranked {
+        let allowed = left.get(&share).copied().unwrap_or(0);
+        let reason = if allowed == 0 {
+            Some(if open {
+                WaitReason::Breaker
+            } else {
+                WaitReason::Budget
+            })
         } else if !c.backoff_remaining.is_zero() {
             Some(WaitReason::Backoff)
         } else if plan.release.len() < max_per_tick && bucket.try_take(now) {
@@ -439,7 +475,12 @@ pub fn plan_shared<K: Clone + Ord>(
             Some(WaitReason::Budget)
         };
         match reason {
-            None => plan.release.push(c.key.clone()),
+            None => {
+                if let Some(l) = left.get_mut(&share) {
+                    *l = l.saturating_sub(1);
+                }
+                plan.release.push(c.key.clone())
+            }
             Some(r) => plan.waiting.push((c.key.clone(), r)),
         }
     }
@@ -465,6 +506,7 @@ mod tests {
             cooldown: secs(30),
             query: None,
             domain: crate::config::DomainBy::Cluster,
+            release: Default::default(),
         }
     }
 
@@ -613,6 +655,7 @@ mod tests {
             failing: 0,
             not_found: 40,
             external_ratio: None,
+            releases_failing: false,
         };
         assert_eq!(
             b.observe(secs(1), nf),
@@ -638,6 +681,7 @@ mod tests {
             failing: 0,
             not_found: 4,
             external_ratio: None,
+            releases_failing: false,
         };
         assert_eq!(b.observe(secs(1), few), BreakerState::Closed);
         let spread = Sample {
@@ -645,6 +689,7 @@ mod tests {
             failing: 0,
             not_found: 50,
             external_ratio: None,
+            releases_failing: false,
         };
         assert_eq!(b.observe(secs(2), spread), BreakerState::Closed);
     }
@@ -880,6 +925,7 @@ mod tests {
             cooldown: Duration::from_secs(60),
             query: None,
             domain: crate::config::DomainBy::Cluster,
+            release: Default::default(),
         };
         let mut b = OutageBreaker::new(&cfg);
         let at = |s| Duration::from_secs(s);
@@ -888,6 +934,7 @@ mod tests {
             failing: 17,
             not_found: 0,
             external_ratio: None,
+            releases_failing: false,
         };
         // Between close and open: a fresh breaker stays closed.
         assert_eq!(b.observe(at(1), mid), BreakerState::Closed);

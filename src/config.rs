@@ -96,6 +96,43 @@ pub struct BreakerConfig {
     /// the fleet), `kind`, `namespace`, `{label: KEY}` or `{field: /PTR}`.
     #[serde(default)]
     pub domain: DomainBy,
+    /// The adaptive release pace of each domain (see `decide::pace`).
+    #[serde(default)]
+    pub release: PaceConfig,
+}
+
+/// How releases are paced by what they observe (AIMD per failure domain).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PaceConfig {
+    /// While a domain's breaker is open, release one held resource this
+    /// often to learn whether its cloud is back; its next state is the
+    /// answer. Unset: nothing is released until the breaker closes on calm.
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub probe_every: Option<Duration>,
+    /// Outcomes are judged, and the pace adjusted, once per window.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+    /// Additive increase per window, in releases per second.
+    pub step: f64,
+    /// Success share of releases below which the pace halves and the
+    /// breaker stays open; at or above it the pace still grows.
+    pub min_success: f64,
+}
+
+impl Default for PaceConfig {
+    fn default() -> Self {
+        Self {
+            probe_every: None,
+            window: Duration::from_secs(10),
+            step: 0.5,
+            min_success: 0.2,
+        }
+    }
 }
 
 impl Default for BreakerConfig {
@@ -108,6 +145,7 @@ impl Default for BreakerConfig {
             cooldown: Duration::from_secs(600),
             query: None,
             domain: DomainBy::Cluster,
+            release: PaceConfig::default(),
         }
     }
 }
@@ -487,6 +525,31 @@ impl Config {
         }
         if br.window.is_zero() {
             return Err(ConfigError::invalid("breaker.window", "must be positive"));
+        }
+        let pace = &br.release;
+        if pace.window < Duration::from_secs(1) {
+            return Err(ConfigError::invalid(
+                "breaker.release.window",
+                "must be at least 1s",
+            ));
+        }
+        if pace.probe_every.is_some_and(|d| d < Duration::from_secs(1)) {
+            return Err(ConfigError::invalid(
+                "breaker.release.probe_every",
+                "must be at least 1s",
+            ));
+        }
+        if !(pace.step.is_finite() && pace.step >= 0.0) {
+            return Err(ConfigError::invalid(
+                "breaker.release.step",
+                "must be a finite number >= 0",
+            ));
+        }
+        if !(pace.min_success.is_finite() && (0.0..=1.0).contains(&pace.min_success)) {
+            return Err(ConfigError::invalid(
+                "breaker.release.min_success",
+                "must be within 0..=1",
+            ));
         }
         if self.webhook.max_body_bytes < 1024 {
             return Err(ConfigError::invalid(

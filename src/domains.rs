@@ -1,7 +1,7 @@
-//! Failure domains: one outage breaker per domain, so an outage in one
-//! zone, account, cluster or provider holds that domain only, and the
-//! others keep being retried and released. Pure: the domain of a resource
-//! from its view, and the keyed breakers.
+//! Failure domains: one outage breaker per domain (`decide::breakers`), so
+//! an outage in one zone, account, cluster or provider holds that domain
+//! only, and the others keep being retried and released. Pure: the domain
+//! of a resource from its view.
 //!
 //! The domain comes from `breaker.domain` in the config: the whole fleet
 //! (`cluster`, the default and the old behaviour), the profile `kind`, the
@@ -11,13 +11,8 @@
 //! the view under [`FIELD_LABEL`]. Domains are bounded: past
 //! [`MAX_DOMAINS`], new ones share the breaker [`OTHER`].
 
-use crate::budget::{BreakerState, OutageBreaker, Sample};
-use crate::config::BreakerConfig;
 use crate::view::{ResourceKey, ResourceView};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// Breakers kept at most (and so series of `remedy_outage_breaker_open`).
 pub const MAX_DOMAINS: usize = 64;
@@ -124,195 +119,9 @@ impl DomainBy {
     }
 }
 
-/// A breaker per failure domain, all with the same settings.
-#[derive(Clone, Debug)]
-pub struct Breakers {
-    by: DomainBy,
-    cfg: BreakerConfig,
-    map: BTreeMap<Arc<str>, OutageBreaker>,
-}
-
-impl Breakers {
-    pub fn new(cfg: &BreakerConfig, by: DomainBy) -> Self {
-        let mut map = BTreeMap::new();
-        if by == DomainBy::Cluster {
-            map.insert(Arc::from(CLUSTER), OutageBreaker::new(cfg));
-        }
-        Self {
-            by,
-            cfg: cfg.clone(),
-            map,
-        }
-    }
-
-    pub fn by(&self) -> &DomainBy {
-        &self.by
-    }
-
-    /// The breaker `key` answers to, created (closed) if there is room.
-    pub fn slot(&mut self, key: &ResourceKey, view: &ResourceView) -> Arc<str> {
-        let name = self.by.of(key, view);
-        if let Some((k, _)) = self.map.get_key_value(name) {
-            return k.clone();
-        }
-        let name: Arc<str> = if self.map.len() < MAX_DOMAINS - 1 {
-            Arc::from(name)
-        } else {
-            Arc::from(OTHER)
-        };
-        self.map
-            .entry(name.clone())
-            .or_insert_with(|| OutageBreaker::new(&self.cfg));
-        name
-    }
-
-    pub fn is_open(&self, domain: &str) -> bool {
-        self.map.get(domain).is_some_and(OutageBreaker::is_open)
-    }
-
-    pub fn any_open(&self) -> bool {
-        self.map.values().any(OutageBreaker::is_open)
-    }
-
-    /// Feeds each breaker its domain's sample (an empty one where a domain
-    /// had none this time: its window empties and it closes in time). The
-    /// fleet-wide `external` ratio counts only for `domain: cluster`: it
-    /// says nothing about which domain fails.
-    pub fn observe(
-        &mut self,
-        now: Duration,
-        mut samples: BTreeMap<Arc<str>, Sample>,
-        external: Option<f64>,
-    ) -> Vec<(Arc<str>, BreakerState, BreakerState)> {
-        let mut changed = Vec::new();
-        let cluster = self.by == DomainBy::Cluster;
-        for (name, breaker) in &mut self.map {
-            let mut s = samples.remove(name).unwrap_or_default();
-            if cluster {
-                s.external_ratio = external;
-            }
-            let before = breaker.state();
-            let after = breaker.observe(now, s);
-            if before.is_open() != after.is_open() {
-                changed.push((name.clone(), before, after));
-            }
-        }
-        changed
-    }
-
-    /// A new leader found breaker holds in `domain`: it serves the full
-    /// cooldown there (see [`OutageBreaker::resume`]).
-    pub fn resume(&mut self, now: Duration, domain: &str) {
-        if let Some(b) = self.map.get_mut(domain) {
-            b.resume(now);
-        }
-    }
-
-    pub fn states(&self) -> impl Iterator<Item = (&Arc<str>, BreakerState)> {
-        self.map.iter().map(|(k, b)| (k, b.state()))
-    }
-
-    /// Domains whose breaker is open, for /status.
-    pub fn open(&self) -> Vec<String> {
-        self.map
-            .iter()
-            .filter(|(_, b)| b.is_open())
-            .map(|(k, _)| k.to_string())
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::view::Labels;
-
-    fn cfg() -> BreakerConfig {
-        BreakerConfig {
-            open_ratio: 0.5,
-            close_ratio: 0.1,
-            min_resources: 2,
-            window: Duration::from_secs(1),
-            cooldown: Duration::from_secs(5),
-            query: None,
-            domain: crate::config::DomainBy::Cluster,
-        }
-    }
-
-    fn zoned(name: &str, zone: Option<&str>) -> (ResourceKey, ResourceView) {
-        let view = ResourceView {
-            labels: Labels::from_pairs(zone.map(|z| ("topology.kubernetes.io/zone", z))),
-            ..ResourceView::default()
-        };
-        (ResourceKey::new("Machine", "ns", name), view)
-    }
-
-    fn sample(total: u32, failing: u32) -> Sample {
-        Sample {
-            total,
-            failing,
-            ..Sample::default()
-        }
-    }
-
-    #[test]
-    fn an_outage_in_one_zone_opens_that_zone_only() {
-        let mut b = Breakers::new(
-            &cfg(),
-            DomainBy::Label("topology.kubernetes.io/zone".into()),
-        );
-        let (ka, va) = zoned("a", Some("zone-a"));
-        let (kb, vb) = zoned("b", Some("zone-b"));
-        let a = b.slot(&ka, &va);
-        let z = b.slot(&kb, &vb);
-        let t = Duration::from_secs(10);
-        // zone-b has two failing of ten: below open_ratio by itself, and the
-        // fleet-wide external ratio (1.0) says nothing about zone-b.
-        let samples = BTreeMap::from([(a.clone(), sample(4, 4)), (z.clone(), sample(10, 2))]);
-        let changed = b.observe(t, samples, Some(1.0));
-        assert_eq!(changed.len(), 1);
-        assert!(b.is_open("zone-a") && !b.is_open("zone-b"));
-        assert_eq!(b.open(), vec!["zone-a".to_string()]);
-        // A zone with nothing to report cools and closes in time.
-        let mut t = t;
-        for _ in 0..8 {
-            t += Duration::from_secs(1);
-            b.observe(t, BTreeMap::new(), None);
-        }
-        assert!(!b.any_open());
-    }
-
-    #[test]
-    fn domains_are_bounded_and_missing_values_share_none() {
-        let mut b = Breakers::new(&cfg(), DomainBy::Label("zone".into()));
-        let view = ResourceView::default();
-        assert_eq!(&*b.slot(&ResourceKey::new("M", "ns", "x"), &view), NONE);
-        for i in 0..200 {
-            let v = ResourceView {
-                labels: Labels::from_pairs([("zone", format!("z{i}").as_str())]),
-                ..ResourceView::default()
-            };
-            b.slot(&ResourceKey::new("M", "ns", "x"), &v);
-        }
-        assert_eq!(b.states().count(), MAX_DOMAINS);
-        let v = ResourceView {
-            labels: Labels::from_pairs([("zone", "z199")]),
-            ..ResourceView::default()
-        };
-        assert_eq!(&*b.slot(&ResourceKey::new("M", "ns", "x"), &v), OTHER);
-    }
-
-    #[test]
-    fn the_cluster_domain_is_the_old_single_breaker() {
-        let mut b = Breakers::new(&cfg(), DomainBy::Cluster);
-        let (k, v) = zoned("a", Some("zone-a"));
-        assert_eq!(&*b.slot(&k, &v), CLUSTER);
-        let samples = BTreeMap::from([(Arc::from(CLUSTER), sample(10, 2))]);
-        b.observe(Duration::from_secs(1), samples, Some(0.9));
-        assert!(b.is_open(CLUSTER), "the external ratio counts here");
-        assert_eq!(DomainBy::Kind.of(&k, &v), "Machine");
-        assert_eq!(DomainBy::Namespace.of(&k, &v), "ns");
-    }
 
     #[test]
     fn the_config_forms_parse() {

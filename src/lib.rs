@@ -11,6 +11,7 @@ pub mod budget;
 pub mod classify;
 pub mod cli;
 pub mod config;
+pub mod decide;
 pub mod domains;
 pub mod engine;
 pub mod episodes;

@@ -3,6 +3,7 @@
 //! start of the outage; events are ordered by (time, insertion sequence), so
 //! a run is a pure function of the scenario, the policy and the seed.
 
+use super::model::{CallKind, Ms, Outcome, Resource};
 use super::policy::Policy;
 use super::{Mode, Scenario};
 use rand::rngs::StdRng;
@@ -10,73 +11,6 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-
-/// Simulated milliseconds since the outage started.
-pub type Ms = u64;
-
-/// Why a resource calls the cloud.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CallKind {
-    /// The periodic resync (a fresh reconcile, a "first attempt").
-    Resync,
-    /// A retry scheduled by the policy (or a release by remedy).
-    Retry,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Success,
-    /// The outage failed the call.
-    Failed,
-    /// Over the cloud API's per-second quota (a 429).
-    Throttled,
-    /// Refused client-side by the policy: no cloud call was made.
-    Rejected,
-    /// The outage broke the resource (an in-flight operation failed); no
-    /// call of ours is involved.
-    Broke,
-}
-
-impl Outcome {
-    pub fn is_failure(self) -> bool {
-        !matches!(self, Self::Success)
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct Resource {
-    pub id: u32,
-    pub controller: u32,
-    /// The cloud resource is failed; one successful call repairs it.
-    pub broken: bool,
-    /// Healthy, but its last reconcile was throttled or refused: it needs a
-    /// retry (and it was delayed by the policy or the quota).
-    pub pending: bool,
-    /// Consecutive failed attempts (the crash count).
-    pub failures: u32,
-    retry_at: Option<Ms>,
-    retry_gen: u32,
-}
-
-impl Resource {
-    pub fn needs_call(&self) -> bool {
-        self.broken || self.pending
-    }
-
-    /// A resource of controller 0, broken iff it has failures.
-    #[cfg(test)]
-    pub(crate) fn test_new(id: u32, failures: u32) -> Self {
-        Self {
-            id,
-            controller: 0,
-            broken: failures > 0,
-            pending: false,
-            failures,
-            retry_at: None,
-            retry_gen: 0,
-        }
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum EventKind {
@@ -118,7 +52,15 @@ pub struct PolicyReport {
     pub healthy: u32,
     /// Policy-specific facts worth printing (remedy: breaker timeline).
     pub note: String,
+    /// Cloud calls in each second from the start of the outage.
+    pub calls_per_second: Vec<u32>,
+    /// Failing and held resources every [`SERIES_STEP_MS`].
+    pub failing_series: Vec<u32>,
+    pub held_series: Vec<u32>,
 }
+
+/// How often the failing and held counts are sampled for plots.
+pub const SERIES_STEP_MS: Ms = 10_000;
 
 /// The fleet as the outage sees it; identical for every policy of a run.
 pub(crate) struct Fleet {
@@ -151,7 +93,9 @@ impl Fleet {
                 }
                 zone
             }
-            Mode::Random => (0..n).map(|_| rng.random_bool(s.failing)).collect(),
+            Mode::Random | Mode::Zones | Mode::Quota => {
+                (0..n).map(|_| rng.random_bool(s.failing)).collect()
+            }
         };
         let spread = s.detect_spread.as_millis() as u64;
         let breaks = affected
@@ -162,7 +106,7 @@ impl Fleet {
             .collect();
         let zone = match s.mode {
             Mode::Correlated => affected,
-            Mode::Random => vec![false; n],
+            Mode::Random | Mode::Zones | Mode::Quota => vec![false; n],
         };
         Self { zone, breaks }
     }
@@ -190,6 +134,8 @@ struct Run<'a> {
     failing_at_end: Option<Vec<bool>>,
     t99: Option<Ms>,
     t100: Option<Ms>,
+    failing_series: Vec<u32>,
+    held_series: Vec<u32>,
 }
 
 impl Run<'_> {
@@ -249,6 +195,22 @@ impl Run<'_> {
         match self.s.mode {
             Mode::Correlated => self.zone[id as usize],
             Mode::Random => self.cloud_rng.random_bool(self.s.failing),
+            // Zone 0 is down for the whole outage, the others only at first.
+            Mode::Zones => {
+                let zone = self.s.zone_of(id);
+                zone == 0 || now < self.s.zones_back_ms()
+            }
+            // Only the quota is cut.
+            Mode::Quota => false,
+        }
+    }
+
+    /// The cloud's quota at `now`: halved during a quota-cut outage.
+    fn limit_at(&self, now: Ms) -> u32 {
+        if self.s.mode == Mode::Quota && now < self.outage_ms {
+            (self.s.api_limit / 2).max(1)
+        } else {
+            self.s.api_limit
         }
     }
 
@@ -272,7 +234,7 @@ impl Run<'_> {
                 }
                 None => 0,
             };
-            if in_second > self.s.api_limit {
+            if in_second > self.limit_at(now) {
                 self.above_limit += 1;
                 Outcome::Throttled
             } else if self.cloud_fails(id, now) {
@@ -293,6 +255,8 @@ impl Run<'_> {
                 r.broken = false;
                 r.pending = false;
                 r.failures = 0;
+                r.failed_status = false;
+                r.throttled = false;
                 self.cancel_retry(id);
                 if was_broken {
                     self.broken -= 1;
@@ -302,6 +266,10 @@ impl Run<'_> {
             }
             Outcome::Failed | Outcome::Broke => {
                 let r = &mut self.res[i];
+                if o == Outcome::Broke {
+                    r.failed_status = true;
+                }
+                r.throttled = false;
                 if !r.broken {
                     r.broken = true;
                     self.broken += 1;
@@ -313,6 +281,7 @@ impl Run<'_> {
             Outcome::Throttled | Outcome::Rejected => {
                 let r = &mut self.res[i];
                 r.failures = r.failures.saturating_add(1);
+                r.throttled = o == Outcome::Throttled;
                 if !r.broken {
                     r.pending = true;
                     self.delayed[i] = true;
@@ -339,6 +308,9 @@ impl Run<'_> {
             EventKind::Resync => {
                 self.push(ev.at + self.s.resync_ms(), id, EventKind::Resync);
                 let r = &self.res[i];
+                if policy.skips(r) {
+                    return;
+                }
                 if !r.needs_call() || policy.resync_when_failing() {
                     self.call(policy, id, CallKind::Resync, ev.at);
                 }
@@ -349,7 +321,7 @@ impl Run<'_> {
                     return;
                 }
                 r.retry_at = None;
-                if r.needs_call() {
+                if r.needs_call() && !policy.skips(r) {
                     self.call(policy, id, CallKind::Retry, ev.at);
                 }
             }
@@ -398,6 +370,9 @@ impl Run<'_> {
                 .count() as u32,
             healthy: self.ever_broken.iter().filter(|b| !**b).count() as u32,
             note: policy.note(),
+            calls_per_second: self.per_second,
+            failing_series: self.failing_series,
+            held_series: self.held_series,
         }
     }
 }
@@ -431,15 +406,7 @@ pub(crate) fn run_policy(
         heap: BinaryHeap::new(),
         seq: 0,
         res: (0..s.resources)
-            .map(|id| Resource {
-                id,
-                controller: id % s.controllers,
-                broken: false,
-                pending: false,
-                failures: 0,
-                retry_at: None,
-                retry_gen: 0,
-            })
+            .map(|id| Resource::new(id, id % s.controllers, s.zone_of(id)))
             .collect(),
         zone: &fleet.zone,
         cloud_rng: StdRng::seed_from_u64(stream_seed(s.seed, 100 + stream)),
@@ -458,6 +425,8 @@ pub(crate) fn run_policy(
         failing_at_end: None,
         t99: None,
         t100: None,
+        failing_series: Vec::new(),
+        held_series: Vec::new(),
     };
     // Resyncs are phase-locked and evenly spread, so the background load is
     // a flat resources/resync per second for every policy.
@@ -475,7 +444,11 @@ pub(crate) fn run_policy(
         if now >= outage_ms && run.failing_at_end.is_none() {
             run.snapshot_end();
         }
-        policy.tick(now, &mut releases);
+        if now.is_multiple_of(SERIES_STEP_MS) {
+            run.failing_series.push(run.broken);
+            run.held_series.push(policy.held());
+        }
+        policy.tick(now, &mut run.res, &mut releases);
         for (id, at) in releases.drain(..) {
             if (id as usize) < n {
                 run.schedule_retry(id, at.max(now));

@@ -3,10 +3,15 @@
 //! run is a function of the scenario and its seed. See docs/simulation.md.
 
 pub mod engine;
+pub mod model;
+pub mod plot;
 pub mod policy;
+pub mod remedy;
 
-pub use engine::{CallKind, Ms, Outcome, PolicyReport, Resource, jain};
-pub use policy::{Policy, Remedy, RemedyParams};
+pub use engine::{PolicyReport, SERIES_STEP_MS, jain};
+pub use model::{CallKind, Ms, Outcome, Resource};
+pub use policy::Policy;
+pub use remedy::{Remedy, RemedyParams};
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -18,12 +23,15 @@ pub enum SimError {
         field: &'static str,
         message: String,
     },
+    #[error("plot {path}: {message}")]
+    Plot { path: String, message: String },
 }
 
 impl SimError {
     pub fn label(&self) -> &'static str {
         match self {
             Self::Invalid { .. } => "invalid",
+            Self::Plot { .. } => "plot",
         }
     }
 
@@ -41,6 +49,12 @@ pub enum Mode {
     Correlated,
     /// Every call fails independently with probability `failing`.
     Random,
+    /// `zones` zones: zone 0 is down for the whole outage, the others for
+    /// its first sixth; `failing` of each zone's resources break at first.
+    Zones,
+    /// A 429 storm: `failing` of the resources break at first while the
+    /// cloud's quota is cut in half for the outage; no call fails otherwise.
+    Quota,
 }
 
 impl Mode {
@@ -48,6 +62,8 @@ impl Mode {
         match self {
             Self::Correlated => "correlated",
             Self::Random => "random",
+            Self::Zones => "zones",
+            Self::Quota => "quota",
         }
     }
 }
@@ -69,6 +85,8 @@ pub struct Scenario {
     pub resync: Duration,
     /// The outage breaks affected resources over this span from its start.
     pub detect_spread: Duration,
+    /// Failure domains: resource `id` lives in zone `id % zones`.
+    pub zones: u32,
 }
 
 impl Scenario {
@@ -86,11 +104,21 @@ impl Scenario {
             mode,
             resync: Duration::from_secs(600),
             detect_spread: Duration::from_secs(60),
+            zones: if mode == Mode::Zones { 2 } else { 1 },
         }
     }
 
     pub(crate) fn resync_ms(&self) -> Ms {
         self.resync.as_millis() as Ms
+    }
+
+    pub fn zone_of(&self, id: u32) -> u32 {
+        id % self.zones.max(1)
+    }
+
+    /// Zones mode: when the zones other than zone 0 come back.
+    pub(crate) fn zones_back_ms(&self) -> Ms {
+        self.outage.as_millis() as Ms / 6
     }
 
     pub fn validate(&self) -> Result<(), SimError> {
@@ -129,8 +157,35 @@ impl Scenario {
         if self.resync < Duration::from_secs(1) {
             return Err(SimError::invalid("resync", "must be at least 1s"));
         }
+        if !(1..=64).contains(&self.zones) || self.zones > self.resources {
+            return Err(SimError::invalid(
+                "zones",
+                "must be within 1..=64 and at most the number of resources",
+            ));
+        }
+        if self.mode == Mode::Zones && self.zones < 2 {
+            return Err(SimError::invalid("zones", "zones mode needs at least 2"));
+        }
         Ok(())
     }
+}
+
+/// All six policies, in table order; a zoned fleet adds remedy with one
+/// breaker for the whole fleet, for comparison.
+pub fn all(s: &Scenario) -> Vec<Box<dyn Policy>> {
+    let mut all: Vec<Box<dyn Policy>> = vec![
+        Box::new(policy::ClientGoDefault::new(s.controllers)),
+        Box::new(policy::FullJitter),
+        Box::new(policy::Brupop::default()),
+        Box::new(policy::AwsStandardRetry::new(s.resources, s.controllers)),
+        Box::new(policy::SreAdaptive::new(s.controllers)),
+        Box::new(Remedy::new(RemedyParams::for_scenario(s), s)),
+    ];
+    if s.zones > 1 {
+        let one = RemedyParams::for_scenario(s).one_breaker();
+        all.push(Box::new(Remedy::new(one, s).named("remedy, one breaker")));
+    }
+    all
 }
 
 /// Runs every policy through the scenario.
@@ -147,7 +202,7 @@ pub fn run_with(
     s.validate()?;
     let fleet = engine::Fleet::new(s);
     let mut out = Vec::new();
-    for (i, mut p) in policy::all(s).into_iter().enumerate() {
+    for (i, mut p) in all(s).into_iter().enumerate() {
         let r = engine::run_policy(s, &fleet, p.as_mut(), i as u64);
         each(i, &r);
         out.push(r);
@@ -239,7 +294,12 @@ pub fn table(s: &Scenario, reports: &[PolicyReport]) -> String {
 pub enum ModeArg {
     Correlated,
     Random,
+    /// Correlated and random.
     Both,
+    Zones,
+    Quota,
+    /// All four.
+    All,
 }
 
 /// `remedy simulate` arguments.
@@ -264,6 +324,10 @@ pub struct SimArgs {
     pub failing: f64,
     #[arg(long, value_enum, default_value = "both")]
     pub mode: ModeArg,
+    /// Also draw calls/s, failing and held resources over time per policy
+    /// as SVG; with several modes, the mode goes before the extension.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 impl SimArgs {
@@ -272,6 +336,9 @@ impl SimArgs {
             ModeArg::Correlated => &[Mode::Correlated],
             ModeArg::Random => &[Mode::Random],
             ModeArg::Both => &[Mode::Correlated, Mode::Random],
+            ModeArg::Zones => &[Mode::Zones],
+            ModeArg::Quota => &[Mode::Quota],
+            ModeArg::All => &[Mode::Correlated, Mode::Random, Mode::Zones, Mode::Quota],
         };
         modes
             .iter()
@@ -289,14 +356,81 @@ impl SimArgs {
     }
 }
 
-/// `remedy simulate`: the tables, one per mode.
+/// How much of the run a plot shows after the outage: the recovery, not
+/// hours of quiet.
+const PLOT_AFTER: Duration = Duration::from_secs(30 * 60);
+
+/// The plot's series: each report from the outage's start to
+/// [`PLOT_AFTER`] past its end.
+pub fn series(s: &Scenario, reports: &[PolicyReport]) -> Vec<plot::Series> {
+    let step = (SERIES_STEP_MS / 1000) as usize;
+    let secs = (s.outage + s.after.min(PLOT_AFTER)).as_secs() as usize;
+    let points = secs / step;
+    reports
+        .iter()
+        .map(|r| plot::Series {
+            policy: r.policy,
+            step_secs: step as u32,
+            calls_per_sec: (0..points)
+                .map(|i| {
+                    let calls = r.calls_per_second.iter().skip(i * step).take(step);
+                    calls.map(|c| f64::from(*c)).sum::<f64>() / step as f64
+                })
+                .collect(),
+            failing: r
+                .failing_series
+                .iter()
+                .skip(1)
+                .take(points)
+                .copied()
+                .collect(),
+            held: r.held_series.iter().skip(1).take(points).copied().collect(),
+        })
+        .collect()
+}
+
+/// Where the plot of one of several modes goes: `sim.svg` → `sim-random.svg`.
+fn plot_path(base: &std::path::Path, mode: Mode, several: bool) -> std::path::PathBuf {
+    if !several {
+        return base.to_path_buf();
+    }
+    let stem = base
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("simulate");
+    let ext = base.extension().and_then(|s| s.to_str()).unwrap_or("svg");
+    base.with_file_name(format!("{stem}-{}.{ext}", mode.label()))
+}
+
+/// `remedy simulate`: the tables, one per mode (and the plots).
 pub fn run_cli(args: &SimArgs) -> Result<String, SimError> {
     let mut out = String::new();
-    for (i, s) in args.scenarios().iter().enumerate() {
+    let scenarios = args.scenarios();
+    for (i, s) in scenarios.iter().enumerate() {
         if i > 0 {
             out.push('\n');
         }
-        out.push_str(&table(s, &run(s)?));
+        let reports = run(s)?;
+        out.push_str(&table(s, &reports));
+        if let Some(base) = &args.plot {
+            let path = plot_path(base, s.mode, scenarios.len() > 1);
+            let err = |message: String| SimError::Plot {
+                path: path.display().to_string(),
+                message,
+            };
+            let title = format!(
+                "{} outage of {}, {} resources, API limit {}/s (seed {})",
+                s.mode.label(),
+                humantime::format_duration(s.outage),
+                s.resources,
+                s.api_limit,
+                s.seed
+            );
+            let svg = plot::svg(&title, s.outage.as_secs(), &series(s, &reports))
+                .map_err(|e| err(e.to_string()))?;
+            std::fs::write(&path, svg).map_err(|e| err(e.to_string()))?;
+            let _ = writeln!(out, "plot: {}", path.display());
+        }
     }
     Ok(out)
 }

@@ -2,15 +2,10 @@
 //! a failing resource calls again (and, for client-side throttles, whether a
 //! call may leave at all); the engine owns the cloud and the bookkeeping.
 
-use super::Scenario;
-use super::engine::{CallKind, Ms, Outcome, Resource};
+use super::model::{CallKind, Ms, Outcome, Resource};
 use crate::backoff::BackoffPolicy;
-use crate::budget::{Candidate, OutageBreaker, Sample, TokenBucket, plan_releases};
-use crate::config::{BreakerConfig, BudgetConfig};
 use rand::Rng;
 use rand::rngs::StdRng;
-use std::collections::BTreeMap;
-use std::time::Duration;
 
 pub trait Policy {
     fn name(&self) -> &'static str;
@@ -23,9 +18,21 @@ pub trait Policy {
         true
     }
 
-    /// Called at the start of every simulated second; may release resources
-    /// by pushing (resource, call time).
-    fn tick(&mut self, _now: Ms, _releases: &mut Vec<(u32, Ms)>) {}
+    /// Whether the controller skips the resource's reconcile altogether
+    /// (no call, no outcome): CAPI providers skip paused resources and
+    /// those with a failure status.
+    fn skips(&self, _r: &Resource) -> bool {
+        false
+    }
+
+    /// Called at the start of every simulated second; may pause resources
+    /// and release them by pushing (resource, call time).
+    fn tick(&mut self, _now: Ms, _res: &mut [Resource], _releases: &mut Vec<(u32, Ms)>) {}
+
+    /// Resources it holds now (plots).
+    fn held(&self) -> u32 {
+        0
+    }
 
     /// Client-side admission of a call; false refuses it without a cloud call.
     fn admit(&mut self, _now: Ms, _r: &Resource, _kind: CallKind, _rng: &mut StdRng) -> bool {
@@ -50,20 +57,8 @@ pub trait Policy {
     }
 }
 
-/// All six policies, in table order.
-pub fn all(s: &Scenario) -> Vec<Box<dyn Policy>> {
-    vec![
-        Box::new(ClientGoDefault::new(s.controllers)),
-        Box::new(FullJitter),
-        Box::new(Brupop::default()),
-        Box::new(AwsStandardRetry::new(s.resources, s.controllers)),
-        Box::new(SreAdaptive::new(s.controllers)),
-        Box::new(Remedy::new(RemedyParams::for_scenario(s), s.resources)),
-    ]
-}
-
 /// min(base·2^(failures-1), cap), saturating.
-fn exponential(base_ms: u64, cap_ms: u64, failures: u32) -> u64 {
+pub(crate) fn exponential(base_ms: u64, cap_ms: u64, failures: u32) -> u64 {
     let exp = failures.saturating_sub(1).min(63);
     base_ms.saturating_mul(1u64 << exp).min(cap_ms)
 }
@@ -76,7 +71,7 @@ fn full_jitter(base_ms: u64, cap_ms: u64, failures: u32, rng: &mut StdRng) -> u6
 /// golang.org/x/time/rate `Limiter.Reserve().Delay()`: tokens may go
 /// negative, i.e. every caller gets a slot in the future.
 #[derive(Clone, Debug)]
-struct ReserveBucket {
+pub(crate) struct ReserveBucket {
     per_ms: f64,
     burst: f64,
     tokens: f64,
@@ -84,7 +79,7 @@ struct ReserveBucket {
 }
 
 impl ReserveBucket {
-    fn new(per_second: f64, burst: u32) -> Self {
+    pub(crate) fn new(per_second: f64, burst: u32) -> Self {
         Self {
             per_ms: per_second / 1000.0,
             burst: f64::from(burst),
@@ -93,7 +88,7 @@ impl ReserveBucket {
         }
     }
 
-    fn reserve(&mut self, now: Ms) -> Ms {
+    pub(crate) fn reserve(&mut self, now: Ms) -> Ms {
         if now > self.last {
             let refill = (now - self.last) as f64 * self.per_ms;
             self.tokens = (self.tokens + refill).min(self.burst);
@@ -355,231 +350,6 @@ impl Policy for SreAdaptive {
     }
 }
 
-/// remedy's parameters in the simulator.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RemedyParams {
-    pub budget: BudgetConfig,
-    pub max_per_tick: usize,
-    pub breaker: BreakerConfig,
-    pub backoff: BackoffPolicy,
-    /// While the breaker is open, one canary batch this often…
-    pub probe_every: Duration,
-    /// …of this many held resources (budgeted, lowest crash_count first).
-    pub probe_batch: usize,
-}
-
-impl RemedyParams {
-    /// The budget is the cloud quota minus the steady resync load, with 3%
-    /// headroom: remedy's releases plus everyone's resyncs stay under the
-    /// limit in every second. The rest is explained in docs/simulation.md.
-    pub fn for_scenario(s: &Scenario) -> Self {
-        let resync_secs = s.resync_ms().div_ceil(1000).max(1);
-        let background = u64::from(s.resources).div_ceil(resync_secs);
-        let usable = (f64::from(s.api_limit) * 0.97).floor() as u64;
-        let per_second = usable.saturating_sub(background).max(1);
-        Self {
-            budget: BudgetConfig {
-                refill_per_second: per_second as f64,
-                burst: per_second as u32,
-                // The Kubernetes write pace plays no part in the simulation.
-                ..BudgetConfig::default()
-            },
-            max_per_tick: per_second as usize,
-            breaker: BreakerConfig {
-                open_ratio: 0.3,
-                close_ratio: 0.1,
-                min_resources: 5,
-                window: Duration::from_secs(10),
-                cooldown: Duration::from_secs(20),
-                query: None,
-                domain: crate::config::DomainBy::Cluster,
-            },
-            backoff: BackoffPolicy {
-                base: Duration::from_secs(1),
-                cap: Duration::from_secs(300),
-                jitter: 1.0,
-                quiet_window: Duration::from_secs(3600),
-            },
-            probe_every: Duration::from_secs(2),
-            probe_batch: 1,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Held {
-    crash_count: u32,
-    not_before: Ms,
-}
-
-/// remedy: failing resources are held (paused, no calls) and released by
-/// the planner through one cluster-wide token bucket, lowest crash_count
-/// first, each after its own backoff. The breaker's sample is what remedy
-/// observes each second: outcomes of the calls it released plus resources
-/// newly reported failing. While open, only canaries go out; they are how
-/// the breaker learns the outage is over (held resources are frozen).
-pub struct Remedy {
-    p: RemedyParams,
-    bucket: TokenBucket,
-    breaker: OutageBreaker,
-    held: BTreeMap<u32, Held>,
-    in_flight: Vec<bool>,
-    obs_total: u32,
-    obs_failing: u32,
-    next_probe: Ms,
-    was_open: bool,
-    first_open: Option<Ms>,
-    last_close: Option<Ms>,
-    openings: u32,
-    canaries: u64,
-}
-
-impl Remedy {
-    pub fn new(p: RemedyParams, resources: u32) -> Self {
-        Self {
-            bucket: TokenBucket::from_config(&p.budget),
-            breaker: OutageBreaker::new(&p.breaker),
-            held: BTreeMap::new(),
-            in_flight: vec![false; resources as usize],
-            obs_total: 0,
-            obs_failing: 0,
-            next_probe: 0,
-            was_open: false,
-            first_open: None,
-            last_close: None,
-            openings: 0,
-            canaries: 0,
-            p,
-        }
-    }
-
-    pub fn params(&self) -> &RemedyParams {
-        &self.p
-    }
-}
-
-fn ms(d: Duration) -> Ms {
-    d.as_millis() as Ms
-}
-
-impl Policy for Remedy {
-    fn name(&self) -> &'static str {
-        "remedy"
-    }
-
-    fn resync_when_failing(&self) -> bool {
-        false
-    }
-
-    fn tick(&mut self, now: Ms, releases: &mut Vec<(u32, Ms)>) {
-        let at = Duration::from_millis(now);
-        let sample = Sample {
-            total: std::mem::take(&mut self.obs_total),
-            failing: std::mem::take(&mut self.obs_failing),
-            not_found: 0,
-            external_ratio: None,
-        };
-        let open = self.breaker.observe(at, sample).is_open();
-        if open && !self.was_open {
-            self.openings += 1;
-            self.first_open.get_or_insert(now);
-        }
-        if !open && self.was_open {
-            self.last_close = Some(now);
-        }
-        self.was_open = open;
-        if self.held.is_empty() {
-            return;
-        }
-        let max = if open {
-            if now < self.next_probe {
-                return;
-            }
-            self.next_probe = now + ms(self.p.probe_every);
-            self.p.probe_batch
-        } else {
-            self.p.max_per_tick
-        };
-        let candidates: Vec<Candidate<u32>> = self
-            .held
-            .iter()
-            .map(|(id, h)| Candidate {
-                key: *id,
-                crash_count: h.crash_count,
-                backoff_remaining: Duration::from_millis(h.not_before.saturating_sub(now)),
-            })
-            .collect();
-        // Canaries deliberately go through the planner as if closed: same
-        // order, same backoff, same budget, just a batch of `probe_batch`.
-        let plan = plan_releases(&candidates, false, &mut self.bucket, at, max);
-        if open {
-            self.canaries += plan.release.len() as u64;
-        }
-        let n = plan.release.len() as u64;
-        for (k, id) in plan.release.into_iter().enumerate() {
-            self.held.remove(&id);
-            if let Some(f) = self.in_flight.get_mut(id as usize) {
-                *f = true;
-            }
-            // Spread the tick's releases over its second.
-            releases.push((id, now + k as u64 * 1000 / n));
-        }
-    }
-
-    fn on_outcome(
-        &mut self,
-        now: Ms,
-        r: &Resource,
-        _kind: CallKind,
-        outcome: Outcome,
-        rng: &mut StdRng,
-    ) -> Option<Ms> {
-        let released = self
-            .in_flight
-            .get_mut(r.id as usize)
-            .is_some_and(std::mem::take);
-        if outcome == Outcome::Success {
-            if released {
-                self.obs_total += 1;
-            }
-            self.held.remove(&r.id);
-            return None;
-        }
-        // Held resources only call when released, so any other failure is
-        // a resource newly reported failing.
-        self.obs_total += 1;
-        self.obs_failing += 1;
-        if !r.broken {
-            // Healthy but throttled: the controller's own requeue; remedy
-            // never gates healthy resources.
-            return Some(now + 1000);
-        }
-        let delay = self.p.backoff.jittered(r.failures, rng.random::<f64>());
-        self.held.insert(
-            r.id,
-            Held {
-                crash_count: r.failures,
-                not_before: now + ms(delay),
-            },
-        );
-        None
-    }
-
-    fn note(&self) -> String {
-        let fmt = |t: Option<Ms>| t.map_or("-".to_string(), |t| format!("{} s", t / 1000));
-        format!(
-            "breaker opened {} time(s), first at {}, last closed at {}; {} canary calls; \
-             budget {}/s burst {}",
-            self.openings,
-            fmt(self.first_open),
-            fmt(self.last_close),
-            self.canaries,
-            self.p.budget.refill_per_second,
-            self.p.budget.burst,
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -722,73 +492,5 @@ mod tests {
         assert!(p.admit(122_000, &res, CallKind::Resync, &mut r));
         assert_eq!(p.windows[0].requests, 1);
         assert_eq!(p.windows[0].accepts, 0);
-    }
-
-    #[test]
-    fn remedy_params_fit_the_quota() {
-        let s = Scenario::default_for(super::super::Mode::Correlated);
-        let p = RemedyParams::for_scenario(&s);
-        // 97 usable − ceil(10000/600) = 17 resyncs per second.
-        assert_eq!(p.budget.refill_per_second, 80.0);
-        assert_eq!(p.budget.burst, 80);
-        assert_eq!(p.max_per_tick, 80);
-        assert!(p.backoff.validate().is_ok());
-        let tiny = Scenario { api_limit: 1, ..s };
-        assert_eq!(RemedyParams::for_scenario(&tiny).max_per_tick, 1);
-    }
-
-    #[test]
-    fn remedy_holds_while_open_and_releases_lowest_crash_first() {
-        let s = Scenario {
-            resources: 20,
-            controllers: 1,
-            ..Scenario::default_for(super::super::Mode::Correlated)
-        };
-        let mut p = Remedy::new(RemedyParams::for_scenario(&s), 20);
-        let mut r = rng();
-        let mut out = Vec::new();
-        for id in 0..10 {
-            let res = resource(id, 1 + id % 3);
-            assert_eq!(
-                p.on_outcome(0, &res, CallKind::Retry, Outcome::Broke, &mut r),
-                None
-            );
-        }
-        // Ten resources newly failing: the breaker opens, nothing leaves
-        // except the first canary.
-        p.tick(1000, &mut out);
-        assert!(p.breaker.is_open());
-        assert_eq!(out.len(), 1);
-        let canary = out[0].0;
-        assert_eq!(canary % 3, 0, "the canary has the lowest crash count");
-        out.clear();
-        p.tick(2000, &mut out);
-        assert!(out.is_empty(), "canaries only every probe_every");
-        // The canary succeeds; canaries keep succeeding until the breaker
-        // has been calm for window + cooldown, then everyone is released.
-        let mut now = 2000;
-        let mut left = vec![canary];
-        let mut in_flight = vec![canary];
-        while p.breaker.is_open() {
-            for id in in_flight.drain(..) {
-                let healthy = resource(id, 0);
-                p.on_outcome(now, &healthy, CallKind::Retry, Outcome::Success, &mut r);
-            }
-            now += 1000;
-            p.tick(now, &mut out);
-            in_flight.extend(out.iter().map(|(id, _)| *id));
-            left.extend(out.drain(..).map(|(id, _)| id));
-            assert!(now < 60_000, "breaker never closed");
-        }
-        let closed_at = now;
-        for _ in 0..5 {
-            now += 1000;
-            p.tick(now, &mut out);
-            left.extend(out.drain(..).map(|(id, _)| id));
-        }
-        assert!(closed_at >= 1000 + 10_000 + 20_000, "window + cooldown");
-        left.sort_unstable();
-        assert_eq!(left, (0..10).collect::<Vec<_>>(), "each released once");
-        assert!(p.held.is_empty());
     }
 }

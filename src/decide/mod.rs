@@ -1,0 +1,483 @@
+//! The decision core, one deterministic state machine shared by the daemon
+//! (`engine`) and `remedy simulate`: facts about objects and the clock in,
+//! goals out. It owns the outage breakers (one per failure domain), the
+//! release budget and each domain's adaptive pace; it knows nothing of
+//! Kubernetes, Prometheus or alert scopes, which the caller turns into
+//! [`Fact`]s. Pure: the same facts at the same times give the same goals.
+
+pub mod breakers;
+pub mod pace;
+
+use crate::budget::{Candidate, Sample, TokenBucket, WaitReason, plan_paced};
+use crate::config::{BreakerConfig, BudgetConfig};
+use crate::domains::DomainBy;
+use breakers::Breakers;
+use pace::{Answer, Pace};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use crate::budget::BreakerState;
+
+/// Hold reason recorded for breaker holds; alert holds record `alert:<name>`.
+pub const BREAKER_REASON: &str = "breaker";
+pub const ALERT_PREFIX: &str = "alert:";
+
+/// A release whose outcome is not seen after this long (the object went
+/// away, or stays silent) is forgotten without counting.
+const FLIGHT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Who paused an object, as far as decisions go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pause {
+    No,
+    /// Someone else's pause: never touched.
+    Foreign,
+    /// Ours, for the outage breaker.
+    Breaker,
+    /// Ours, for a firing alert (its name).
+    Alert(Box<str>),
+    /// Ours, for a reason this version does not know: released like a
+    /// breaker hold.
+    Other,
+}
+
+impl Pause {
+    pub fn ours(&self) -> bool {
+        !matches!(self, Self::No | Self::Foreign)
+    }
+
+    /// From the hold record's reason.
+    pub fn from_reason(reason: Option<&str>) -> Self {
+        match reason {
+            Some(BREAKER_REASON) => Self::Breaker,
+            Some(r) => match r.strip_prefix(ALERT_PREFIX) {
+                Some(alert) => Self::Alert(alert.into()),
+                None => Self::Other,
+            },
+            None => Self::Other,
+        }
+    }
+}
+
+/// What the object's own signals say. Only fresh signals count: those
+/// that predate remedy's last write to it are `No`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failing {
+    No,
+    Transient,
+    /// Transient, and what it failed with is throttling (a 429, a rate
+    /// limit): released into it, the pace is too fast for the cloud.
+    Throttled,
+    /// Terminal per object, but a burst of them is an outage.
+    NotFound,
+}
+
+/// One object, as of this tick (its key is passed beside it, so objects
+/// that need no decision cost no key copy).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fact {
+    /// From [`Core::domain`] or [`Tick::domain`].
+    pub domain: Arc<str>,
+    pub pause: Pause,
+    pub failing: Failing,
+    /// Someone other than remedy has written the object since remedy last
+    /// did (or it stayed silent past the grace): its state is an answer.
+    pub fresh: bool,
+    pub deleting: bool,
+    /// A goal was already planned from this version of the object.
+    pub planned: bool,
+    /// Its profile says how to hold it.
+    pub holdable: bool,
+    pub crash_count: u32,
+    pub backoff_remaining: Duration,
+    /// The first firing alert whose scope selects it (`max_resources` kept).
+    pub firing: Option<Box<str>>,
+    /// A verified-cleared alert episode has it among its targets.
+    pub verified: bool,
+    /// Remediation has something to write (failure fields, counters).
+    pub has_work: bool,
+}
+
+/// What the caller carries out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Undo our hold (and clear failure where the profile says so).
+    Release,
+    /// Clear failure status, reset counters, undo our hold.
+    Remediate,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold<K> {
+    pub key: K,
+    /// `breaker` or `alert:<name>`.
+    pub reason: String,
+    /// The crash count to record: one more than now.
+    pub crash_count: u32,
+}
+
+/// Everything outside the objects that a tick depends on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Context {
+    /// Only the leader holds and releases; followers keep breakers for metrics.
+    pub leader: bool,
+    /// Every watch has listed: the holds on record are all known.
+    pub synced: bool,
+    /// Fleet-wide failing ratio (`breaker.query`), cluster domain only.
+    pub external: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decisions<K> {
+    pub holds: Vec<Hold<K>>,
+    /// In release order (lowest crash_count first, domains taking turns).
+    pub actions: Vec<(K, Action)>,
+    pub waiting: Vec<(K, WaitReason)>,
+    /// Held for an alert not verified cleared yet: (object, alert).
+    pub settling: Vec<(K, Box<str>)>,
+    /// Breakers that opened or closed: (domain, before, after).
+    pub changed: Vec<(Arc<str>, BreakerState, BreakerState)>,
+    /// Domains whose breaker a new leader resumed open, with its holds.
+    pub resumed: Vec<(Arc<str>, usize)>,
+}
+
+impl<K> Default for Decisions<K> {
+    fn default() -> Self {
+        Self {
+            holds: Vec::new(),
+            actions: Vec::new(),
+            waiting: Vec::new(),
+            settling: Vec::new(),
+            changed: Vec::new(),
+            resumed: Vec::new(),
+        }
+    }
+}
+
+/// The parameters the core runs with, straight from the daemon's config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CoreConfig {
+    pub breaker: BreakerConfig,
+    pub budget: BudgetConfig,
+}
+
+impl CoreConfig {
+    /// Releases per tick: at most the bucket's burst.
+    fn max_per_tick(&self) -> usize {
+        usize::try_from(self.budget.burst).unwrap_or(usize::MAX)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Flight {
+    domain: Arc<str>,
+    at: Duration,
+}
+
+pub struct Core<K> {
+    cfg: CoreConfig,
+    breakers: Breakers,
+    bucket: TokenBucket,
+    paces: BTreeMap<Arc<str>, Pace>,
+    /// Released, outcome not seen yet.
+    flights: HashMap<K, Flight>,
+    /// Whether this leadership term has looked at the breaker holds yet.
+    resumed: bool,
+    /// Outcomes seen: (ok, failed), for reports.
+    outcomes: (u64, u64),
+}
+
+/// One tick being fed: [`Core::begin`], facts, then [`Tick::finish`].
+pub struct Tick<'a, K> {
+    core: &'a mut Core<K>,
+    now: Duration,
+    samples: BTreeMap<Arc<str>, Sample>,
+    breaker_holds: BTreeMap<Arc<str>, usize>,
+    out: Decisions<K>,
+    candidates: Vec<(Candidate<K>, Action, Arc<str>)>,
+}
+
+impl<K: Clone + Ord + Hash> Core<K> {
+    pub fn new(cfg: CoreConfig) -> Self {
+        Self {
+            breakers: Breakers::new(&cfg.breaker, cfg.breaker.domain.clone()),
+            bucket: TokenBucket::from_config(&cfg.budget),
+            paces: BTreeMap::new(),
+            flights: HashMap::new(),
+            resumed: false,
+            outcomes: (0, 0),
+            cfg,
+        }
+    }
+
+    pub fn config(&self) -> &CoreConfig {
+        &self.cfg
+    }
+
+    /// The breaker (and pace) an object of domain `name` answers to: at most
+    /// `domains::MAX_DOMAINS`, the rest share `other`.
+    pub fn domain(&mut self, name: &str) -> Arc<str> {
+        self.breakers.slot_named(name)
+    }
+
+    pub fn domain_by(&self) -> &DomainBy {
+        self.breakers.by()
+    }
+
+    pub fn breakers(&self) -> &Breakers {
+        &self.breakers
+    }
+
+    pub fn tokens(&self, now: Duration) -> f64 {
+        self.bucket.tokens(now)
+    }
+
+    /// Releases per second a domain is paced at; `None` when only the
+    /// budget limits it.
+    pub fn pace(&self, domain: &str) -> Option<f64> {
+        self.paces.get(domain).and_then(Pace::rate)
+    }
+
+    /// Outcomes of releases seen so far: (succeeded, failed again).
+    pub fn outcomes(&self) -> (u64, u64) {
+        self.outcomes
+    }
+
+    pub fn begin(&mut self, now: Duration) -> Tick<'_, K> {
+        Tick {
+            core: self,
+            now,
+            samples: BTreeMap::new(),
+            breaker_holds: BTreeMap::new(),
+            out: Decisions::default(),
+            candidates: Vec::new(),
+        }
+    }
+
+    /// One whole tick from a list of facts.
+    pub fn tick(
+        &mut self,
+        now: Duration,
+        ctx: Context,
+        facts: impl IntoIterator<Item = (K, Fact)>,
+    ) -> Decisions<K> {
+        let mut t = self.begin(now);
+        for (k, f) in facts {
+            t.fact(&k, f);
+        }
+        t.finish(ctx)
+    }
+
+    fn pace_mut(&mut self, domain: &Arc<str>) -> &mut Pace {
+        let cfg = &self.cfg.breaker.release;
+        self.paces
+            .entry(domain.clone())
+            .or_insert_with(|| Pace::new(cfg))
+    }
+}
+
+impl<K: Clone + Ord + Hash> Tick<'_, K> {
+    /// `n` objects of `domain` that are healthy, not paused and have no
+    /// release in flight: they only count towards the domain's total. (A
+    /// caller may pass them as facts instead; the result is the same.)
+    pub fn quiet(&mut self, domain: &Arc<str>, n: u32) {
+        let s = self.samples.entry(domain.clone()).or_default();
+        s.total = s.total.saturating_add(n);
+    }
+
+    /// The domain an object named `name` by `breaker.domain` answers to.
+    pub fn domain(&mut self, name: &str) -> Arc<str> {
+        self.core.domain(name)
+    }
+
+    pub fn domain_by(&self) -> &DomainBy {
+        self.core.domain_by()
+    }
+
+    pub fn fact(&mut self, key: &K, f: Fact) {
+        let core = &mut *self.core;
+        let sample = self.samples.entry(f.domain.clone()).or_default();
+        sample.total = sample.total.saturating_add(1);
+        let transient = matches!(f.failing, Failing::Transient | Failing::Throttled);
+        let not_found = f.failing == Failing::NotFound;
+        // Only failures that still reconcile (and so still call the cloud)
+        // feed the breaker: a paused resource makes no calls, and counting
+        // it would keep the breaker open.
+        if f.pause == Pause::No {
+            if transient {
+                sample.failing += 1;
+            }
+            if not_found {
+                sample.not_found += 1;
+            }
+        }
+        if f.pause == Pause::Breaker {
+            *self.breaker_holds.entry(f.domain.clone()).or_insert(0) += 1;
+        }
+        // A release's answer: the object's first fresh state after it.
+        if f.fresh
+            && f.pause == Pause::No
+            && let Some(flight) = core.flights.remove(key)
+        {
+            let answer = match f.failing {
+                Failing::No => Answer::Ok,
+                Failing::Throttled => Answer::Throttled,
+                Failing::Transient | Failing::NotFound => Answer::Failed,
+            };
+            core.pace_mut(&flight.domain).outcome(answer);
+            if answer == Answer::Ok {
+                core.outcomes.0 += 1;
+            } else {
+                core.outcomes.1 += 1;
+            }
+        }
+        if f.deleting || f.pause == Pause::Foreign || f.planned {
+            return;
+        }
+        let open_before = core.breakers.is_open(&f.domain);
+        let in_firing = f.firing.is_some();
+        let failing = transient || not_found;
+        let action = if !f.pause.ours() {
+            if failing && f.holdable && (open_before || in_firing) {
+                let reason = match &f.firing {
+                    Some(alert) => format!("{ALERT_PREFIX}{alert}"),
+                    None => BREAKER_REASON.to_string(),
+                };
+                self.out.holds.push(Hold {
+                    key: key.clone(),
+                    reason,
+                    crash_count: f.crash_count.saturating_add(1),
+                });
+                return;
+            }
+            (f.verified && transient && !in_firing && f.has_work).then_some(Action::Remediate)
+        } else if in_firing {
+            None
+        } else if f.verified {
+            Some(Action::Remediate)
+        } else if let Pause::Alert(alert) = &f.pause {
+            // Held for an alert not verified cleared yet.
+            self.out.settling.push((key.clone(), alert.clone()));
+            return;
+        } else {
+            Some(Action::Release)
+        };
+        if let Some(action) = action {
+            self.candidates.push((
+                Candidate {
+                    key: key.clone(),
+                    crash_count: f.crash_count,
+                    backoff_remaining: f.backoff_remaining,
+                },
+                action,
+                f.domain,
+            ));
+        }
+    }
+
+    pub fn finish(self, ctx: Context) -> Decisions<K> {
+        let Tick {
+            core,
+            now,
+            samples,
+            breaker_holds,
+            mut out,
+            candidates,
+        } = self;
+        // A new leader (restart, takeover) has no samples of the outage its
+        // predecessor held resources for: those holds say the breaker was
+        // open, so it serves the full cooldown before releasing any.
+        if !ctx.leader {
+            core.resumed = false;
+        } else if ctx.synced && !core.resumed {
+            core.resumed = true;
+            for (domain, held) in &breaker_holds {
+                if !core.breakers.is_open(domain) {
+                    core.breakers.resume(now, domain);
+                    core.pace_mut(domain).opened();
+                    out.resumed.push((domain.clone(), *held));
+                }
+            }
+        }
+        // A domain whose releases fail again more often than `close_ratio`
+        // stays open however calm it looks: its failing resources are held,
+        // not healthy, and the releases are the only calls that tell.
+        let close_ratio = core.cfg.breaker.close_ratio;
+        let failing_pace: Vec<Arc<str>> = core
+            .paces
+            .iter()
+            .filter(|(_, p)| p.failure_share().is_some_and(|f| f >= close_ratio))
+            .map(|(d, _)| d.clone())
+            .collect();
+        let mut samples = samples;
+        for d in failing_pace {
+            samples.entry(d).or_default().releases_failing = true;
+        }
+        out.changed = core.breakers.observe(now, samples, ctx.external);
+        for (domain, _, after) in &out.changed {
+            let pace = core.pace_mut(domain);
+            if after.is_open() {
+                pace.opened();
+            } else {
+                pace.closed();
+            }
+        }
+        core.flights
+            .retain(|_, f| now.saturating_sub(f.at) < FLIGHT_TIMEOUT);
+        if !ctx.leader {
+            return out;
+        }
+        // Each domain releases what its pace allows (probes while its
+        // breaker is open); domains take turns at the shared budget. Until
+        // every watch has listed, the holds on record are not all known:
+        // nothing is released.
+        let ceiling = core.cfg.budget.refill_per_second;
+        let domains: Vec<Arc<str>> = core.breakers.states().map(|(d, _)| d.clone()).collect();
+        let mut allow: HashMap<Arc<str>, (usize, usize, bool)> = HashMap::new();
+        for (i, d) in domains.iter().enumerate() {
+            let open = core.breakers.is_open(d);
+            let n = if core.resumed {
+                core.pace_mut(d).allowance(now, ceiling)
+            } else {
+                0
+            };
+            allow.insert(d.clone(), (i, n, open || !core.resumed));
+        }
+        let mut actions: HashMap<K, (Action, Arc<str>)> = HashMap::new();
+        let mut cands = Vec::with_capacity(candidates.len());
+        for (c, action, domain) in candidates {
+            actions.insert(c.key.clone(), (action, domain));
+            cands.push(c);
+        }
+        let plan = plan_paced(
+            &cands,
+            |k| {
+                let d = actions.get(k).map(|(_, d)| d.as_ref()).unwrap_or("");
+                allow
+                    .get(d)
+                    .map_or((0, 0, true), |&(i, n, open)| (i, n, open))
+            },
+            &mut core.bucket,
+            now,
+            core.cfg.max_per_tick(),
+        );
+        let mut spent: HashMap<Arc<str>, usize> = HashMap::new();
+        for key in plan.release {
+            if let Some((action, domain)) = actions.remove(&key) {
+                *spent.entry(domain.clone()).or_insert(0) += 1;
+                core.flights.insert(key.clone(), Flight { domain, at: now });
+                out.actions.push((key, action));
+            }
+        }
+        for (d, n) in spent {
+            core.pace_mut(&d).spend(n);
+        }
+        out.waiting = plan.waiting;
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,221 @@
+use super::*;
+use crate::config::PaceConfig;
+
+fn cfg(probe: bool) -> CoreConfig {
+    CoreConfig {
+        breaker: BreakerConfig {
+            open_ratio: 0.3,
+            close_ratio: 0.1,
+            min_resources: 2,
+            window: Duration::from_secs(10),
+            cooldown: Duration::from_secs(20),
+            query: None,
+            domain: DomainBy::Label("zone".into()),
+            release: PaceConfig {
+                probe_every: probe.then(|| Duration::from_secs(2)),
+                window: Duration::from_secs(2),
+                step: 2.0,
+                min_success: 0.2,
+            },
+        },
+        budget: BudgetConfig {
+            refill_per_second: 50.0,
+            burst: 50,
+            ..BudgetConfig::default()
+        },
+    }
+}
+
+const LEAD: Context = Context {
+    leader: true,
+    synced: true,
+    external: None,
+};
+
+fn fact(domain: &Arc<str>, pause: Pause, failing: bool, crash: u32) -> Fact {
+    Fact {
+        domain: domain.clone(),
+        pause,
+        failing: if failing {
+            Failing::Transient
+        } else {
+            Failing::No
+        },
+        fresh: true,
+        deleting: false,
+        planned: false,
+        holdable: true,
+        crash_count: crash,
+        backoff_remaining: Duration::ZERO,
+        firing: None,
+        verified: false,
+        has_work: true,
+    }
+}
+
+/// A fleet of `n` per zone as the daemon would show it: `down` zones fail
+/// whatever is not held; `held` and `crash` are kept by the test.
+struct Fleet {
+    zones: Vec<Arc<str>>,
+    held: BTreeMap<(usize, u32), u32>,
+    failing: Vec<bool>,
+    n: u32,
+}
+
+impl Fleet {
+    fn new(core: &mut Core<(usize, u32)>, zones: usize, n: u32) -> Self {
+        Self {
+            zones: (0..zones).map(|z| core.domain(&format!("z{z}"))).collect(),
+            held: BTreeMap::new(),
+            failing: vec![true; zones],
+            n,
+        }
+    }
+
+    fn tick(&mut self, core: &mut Core<(usize, u32)>, t: u64) -> Decisions<(usize, u32)> {
+        let mut facts = Vec::new();
+        for (z, d) in self.zones.iter().enumerate() {
+            for i in 0..self.n {
+                let held = self.held.get(&(z, i));
+                let pause = if held.is_some() {
+                    Pause::Breaker
+                } else {
+                    Pause::No
+                };
+                let crash = held.copied().unwrap_or(0);
+                facts.push(((z, i), fact(d, pause, self.failing[z], crash)));
+            }
+        }
+        let d = core.tick(Duration::from_secs(t), LEAD, facts);
+        for h in &d.holds {
+            self.held.insert(h.key, h.crash_count);
+        }
+        for (k, _) in &d.actions {
+            self.held.remove(k);
+        }
+        d
+    }
+}
+
+#[test]
+fn holds_only_failing_unpaused_objects_once_the_breaker_is_open() {
+    let mut core: Core<u32> = Core::new(cfg(false));
+    let d = core.domain("a");
+    let facts = |_: ()| {
+        vec![
+            (1, fact(&d, Pause::No, true, 0)),
+            (2, fact(&d, Pause::No, true, 3)),
+            (3, fact(&d, Pause::No, false, 0)),
+            (4, fact(&d, Pause::Foreign, true, 0)),
+            (
+                5,
+                Fact {
+                    planned: true,
+                    ..fact(&d, Pause::No, true, 0)
+                },
+            ),
+        ]
+    };
+    let first = core.tick(Duration::from_secs(1), LEAD, facts(()));
+    assert!(first.holds.is_empty(), "the breaker opens on this sample");
+    assert_eq!(first.changed.len(), 1);
+    let second = core.tick(Duration::from_secs(2), LEAD, facts(()));
+    let held: Vec<(u32, u32)> = second
+        .holds
+        .iter()
+        .map(|h| (h.key, h.crash_count))
+        .collect();
+    assert_eq!(held, [(1, 1), (2, 4)], "crash count recorded one higher");
+    assert!(second.holds.iter().all(|h| h.reason == BREAKER_REASON));
+}
+
+#[test]
+fn without_probes_nothing_leaves_while_open_then_the_budget_alone_paces() {
+    let mut core = Core::new(cfg(false));
+    let mut fleet = Fleet::new(&mut core, 1, 10);
+    let mut released = Vec::new();
+    for t in 1..=60 {
+        if t == 5 {
+            fleet.failing[0] = false; // the cloud is back, everything is held
+        }
+        let d = fleet.tick(&mut core, t);
+        if core.breakers().any_open() {
+            assert!(d.actions.is_empty(), "released while open at {t}");
+        }
+        released.extend(d.actions.iter().map(|(k, _)| (t, *k)));
+    }
+    assert_eq!(released.len(), 10, "{released:?}");
+    let t0 = released[0].0;
+    assert!(
+        released.iter().all(|(t, _)| *t == t0),
+        "one burst: {released:?}"
+    );
+}
+
+#[test]
+fn probes_keep_a_dead_zone_open_and_release_a_live_one_at_a_growing_pace() {
+    let mut core = Core::new(cfg(true));
+    let mut fleet = Fleet::new(&mut core, 2, 40);
+    let mut per_zone = [Vec::new(), Vec::new()];
+    for t in 1..=120 {
+        if t == 10 {
+            fleet.failing[1] = false; // zone 1's cloud is back
+        }
+        let d = fleet.tick(&mut core, t);
+        for ((z, _), _) in &d.actions {
+            per_zone[*z].push(t);
+        }
+    }
+    // Zone 0 never comes back: one probe per 2 s, its breaker stays open
+    // far beyond window + cooldown, and probes fail again and are re-held.
+    assert!(core.breakers().is_open("z0"));
+    let probes = per_zone[0].len();
+    assert!((50..=60).contains(&probes), "{probes} probes in zone 0");
+    assert_eq!(core.pace("z0"), Some(0.5));
+    // Zone 1 is released completely, faster and faster, its breaker closed.
+    assert!(!core.breakers().is_open("z1"));
+    assert!(
+        fleet.held.keys().all(|(z, _)| *z == 0),
+        "zone 1 all released"
+    );
+    let in_second = |t: u64| per_zone[1].iter().filter(|x| **x == t).count();
+    let last = *per_zone[1].last().unwrap();
+    // Probes first (one per 2 s), then slow start: the pace doubles.
+    assert_eq!(&per_zone[1][..4], [3, 5, 7, 9], "{:?}", per_zone[1]);
+    assert!(in_second(last) > 2 * in_second(12), "{:?}", per_zone[1]);
+    assert!(last < 60, "zone 1 done at {last} s: {:?}", per_zone[1]);
+    let (ok, failed) = core.outcomes();
+    assert!(ok >= 40 && failed >= 40, "{ok} ok, {failed} failed");
+}
+
+#[test]
+fn followers_and_unsynced_leaders_release_nothing() {
+    let mut core: Core<u32> = Core::new(cfg(true));
+    let d = core.domain("a");
+    let held = || vec![(1, fact(&d, Pause::Breaker, false, 0))];
+    let follower = Context {
+        leader: false,
+        ..LEAD
+    };
+    let unsynced = Context {
+        synced: false,
+        ..LEAD
+    };
+    assert!(
+        core.tick(Duration::from_secs(1), follower, held())
+            .actions
+            .is_empty()
+    );
+    assert!(
+        core.tick(Duration::from_secs(2), unsynced, held())
+            .actions
+            .is_empty()
+    );
+    // Leading and synced with a breaker hold on record: the breaker resumes
+    // open and only probes leave.
+    let first = core.tick(Duration::from_secs(3), LEAD, held());
+    assert_eq!(first.resumed.len(), 1);
+    assert!(core.breakers().is_open("a"));
+    let later = core.tick(Duration::from_secs(6), LEAD, held());
+    assert_eq!(later.actions, [(1, Action::Release)], "one probe");
+}

@@ -1,0 +1,235 @@
+//! Alert episodes in the engine: notifications, recovery from Prometheus
+//! after a restart, and verification before anything is remediated.
+
+use super::*;
+
+impl Engine {
+    /// Records an alert notification. Firing cancels queued remediation in
+    /// its scope at once; resolved only starts the settle clock. A refused
+    /// notification (see [`crate::episodes`]) changes nothing and is
+    /// counted and logged.
+    pub fn handle(&self, ev: &AlertEvent) {
+        let Some(rule) = self.alerts.iter().find(|a| a.alertname == ev.alertname) else {
+            return;
+        };
+        let scope = Scope::from_alert(rule, &ev.labels);
+        self.notify(
+            rule,
+            &scope,
+            ev.status == AlertStatus::Firing,
+            ev.received_at,
+        );
+    }
+
+    pub(super) fn notify(&self, rule: &AlertRule, scope: &Scope, firing: bool, at: DateTime<Utc>) {
+        let result = match self.state.lock() {
+            Ok(mut st) => st.episodes.notify(rule, scope, firing, at),
+            Err(_) => return,
+        };
+        if let Err(why) = result {
+            self.refused(&rule.alertname, why);
+            tracing::warn!(alert = %rule.alertname, firing, matchers = ?scope.matchers, reason = why.label(), "alert notification refused: nothing changes");
+            return;
+        }
+        tracing::debug!(alert = %rule.alertname, firing, matchers = ?scope.matchers, "alert episode updated");
+        if firing {
+            self.cancel_remediation(scope);
+        }
+    }
+
+    pub(super) fn refused(&self, alertname: &str, why: Refusal) {
+        self.metrics
+            .episodes_refused
+            .get_or_create(&EpisodeLabels {
+                alert: alertname.to_string(),
+                reason: why.label(),
+            })
+            .inc();
+    }
+
+    /// Drops queued remediation in a scope that fires (again).
+    pub(super) fn cancel_remediation(&self, scope: &Scope) {
+        let store = &self.store;
+        let n = self.pending.cancel(|k, goal| {
+            !matches!(goal, Goal::Hold(_))
+                && store.get(k).is_some_and(|e| scope.matches(k, &e.view))
+        });
+        if n > 0 {
+            tracing::info!(alert = %scope.alertname, cancelled = n, "alert fires: queued remediation cancelled");
+        }
+    }
+
+    /// Rebuilds episodes from Prometheus' ALERTS when due. A failed query
+    /// changes nothing (the verifier counts and logs it) and is retried
+    /// after `recovery::RETRY`.
+    pub(super) async fn recover(&self, now: DateTime<Utc>) {
+        let names: Vec<&str> = self.alerts.iter().map(|a| a.alertname.as_str()).collect();
+        let Some(v) = self.verifier.as_ref().filter(|_| !names.is_empty()) else {
+            self.with_schedule(recovery::Schedule::not_needed);
+            return;
+        };
+        let answer = async {
+            Ok::<_, crate::signals::SignalError>(recovery::Answer {
+                firing_now: v.alert_label_sets(&names, None).await?,
+                fired_within: v.alert_label_sets(&names, Some(EPISODE_TTL)).await?,
+            })
+        }
+        .await;
+        match answer {
+            Ok(a) => self.apply_recovery(&a, now),
+            Err(e) => {
+                let at = self.now();
+                self.with_schedule(|s| s.failed(at));
+                tracing::warn!(error = %e, label = e.label(), retry_in = ?recovery::RETRY, "cannot recover alert episodes from Prometheus");
+            }
+        }
+    }
+
+    /// Writes what an answer recovers; the decision is `recovery::plan`.
+    pub(super) fn apply_recovery(&self, answer: &recovery::Answer, now: DateTime<Utc>) {
+        let plan = {
+            let Ok(mut st) = self.state.lock() else {
+                return;
+            };
+            let plan = recovery::plan(&self.alerts, answer, st.episodes.map(), now, MAX_EPISODES);
+            for (scope, ep) in &plan.write {
+                // recovery::plan leaves room for what it writes.
+                let _ = st.episodes.put(scope.clone(), ep.clone());
+            }
+            plan
+        };
+        let at = self.now();
+        self.with_schedule(|s| s.succeeded(at));
+        let firing: Vec<&Scope> = plan.firing().collect();
+        tracing::info!(
+            firing = firing.len(),
+            resolved = plan.write.len() - firing.len(),
+            kept_webhook = plan.kept_webhook,
+            dropped = plan.dropped,
+            "alert episodes recovered from Prometheus"
+        );
+        if plan.dropped > 0 {
+            tracing::warn!(
+                dropped = plan.dropped,
+                max = MAX_EPISODES,
+                "episode bound reached: some recovered episodes left out"
+            );
+        }
+        for scope in firing {
+            self.cancel_remediation(scope);
+        }
+    }
+
+    /// Verifies resolved episodes whose settle time has passed. Errors keep
+    /// the episode unverified: no remediation without proof.
+    pub(super) async fn verify(&self, now: DateTime<Utc>) {
+        let due: Vec<(Scope, Episode)> = match self.state.lock() {
+            Ok(st) => st
+                .episodes
+                .map()
+                .iter()
+                .filter(|(_, e)| !e.firing)
+                .filter(|(_, e)| {
+                    let since = e.verified_at.unwrap_or(e.changed_at);
+                    (now - since).to_std().is_ok_and(|d| d >= self.settle)
+                })
+                .map(|(s, e)| (s.clone(), e.clone()))
+                .collect(),
+            Err(_) => return,
+        };
+        for (scope, ep) in due {
+            if !ep.fired && !self.proven(&scope, &ep).await {
+                continue;
+            }
+            let verify_query = self
+                .alerts
+                .iter()
+                .find(|a| a.alertname == ep.alertname)
+                .and_then(|a| a.verify_query.clone());
+            let result = match &self.verifier {
+                Some(v) => v
+                    .cleared(&ep.alertname, &ep.matchers, verify_query.as_deref())
+                    .await
+                    .map_err(|e| e.to_string()),
+                None => Err("no Prometheus configured: cannot verify".to_string()),
+            };
+            let Ok(mut st) = self.state.lock() else {
+                return;
+            };
+            let Some(e) = st.episodes.get_mut(&scope) else {
+                continue;
+            };
+            if e.firing || !e.fired {
+                // Fired again while we were asking, or taken over by a new
+                // unproven resolved notification.
+                continue;
+            }
+            match result {
+                Ok(c) if c.cleared => {
+                    if e.verified_at.is_none() {
+                        tracing::info!(alert = %ep.alertname, matchers = ?ep.matchers, "verified cleared");
+                    }
+                    e.verified_at = Some(now);
+                    e.last_error = None;
+                }
+                Ok(c) => {
+                    tracing::info!(alert = %ep.alertname, why = %c.why, "resolved but not cleared yet");
+                    e.verified_at = None;
+                    e.changed_at = now;
+                    e.last_error = Some(c.why);
+                }
+                Err(why) => {
+                    tracing::warn!(alert = %ep.alertname, error = %why, "verification failed; retrying later");
+                    e.verified_at = None;
+                    e.last_error = Some(why);
+                }
+            }
+        }
+    }
+
+    /// Whether Prometheus remembers `ep`'s alert firing for its scope within
+    /// the episode TTL: the evidence a resolved notification for a scope
+    /// remedy never saw firing needs. No: the episode is dropped, counted
+    /// and logged. An error keeps it for the next try.
+    pub(super) async fn proven(&self, scope: &Scope, ep: &Episode) -> bool {
+        let Some(v) = &self.verifier else {
+            return false;
+        };
+        let answer = v
+            .alert_label_sets(&[ep.alertname.as_str()], Some(EPISODE_TTL))
+            .await;
+        let Ok(mut st) = self.state.lock() else {
+            return false;
+        };
+        match answer {
+            Ok(sets) => {
+                let fired = sets
+                    .iter()
+                    .any(|l| scope.matchers.iter().all(|(k, v)| l.get(k) == Some(v)));
+                let unchanged = st
+                    .episodes
+                    .map()
+                    .get(scope)
+                    .is_some_and(|e| !e.fired && !e.firing);
+                if fired {
+                    if let Some(e) = st.episodes.get_mut(scope) {
+                        e.fired = true;
+                    }
+                } else if unchanged {
+                    st.episodes.remove(scope);
+                    drop(st);
+                    self.refused(&ep.alertname, Refusal::Unproven);
+                    tracing::warn!(alert = %ep.alertname, matchers = ?ep.matchers, "resolved notification for an alert Prometheus never saw firing in this scope: ignored");
+                }
+                fired
+            }
+            Err(e) => {
+                tracing::warn!(alert = %ep.alertname, error = %e, "cannot check whether the alert fired; retrying later");
+                if let Some(ep) = st.episodes.get_mut(scope) {
+                    ep.last_error = Some(format!("cannot check that it fired: {e}"));
+                }
+                false
+            }
+        }
+    }
+}

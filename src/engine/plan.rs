@@ -1,0 +1,331 @@
+//! One decision pass: the store and the alert episodes turned into facts
+//! for the decision core (`decide`), its goals queued for the workers.
+
+use super::*;
+
+impl Engine {
+    /// The synchronous part of a tick: the store and the episodes through
+    /// the decision core, goals queued for the workers. Clocks are passed
+    /// in so a recorded run can be replayed.
+    pub(super) fn plan(&self, now: Duration, wall: DateTime<Utc>, external: Option<f64>) {
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        let st = &mut *st;
+        st.episodes.prune(wall);
+        self.fix_targets(st);
+
+        let profiles = self.store.profiles();
+        let backoff = self.store.backoff();
+        // Firing scopes that select more than their alert's cap hold
+        // nothing (counted once, when the episode first goes over).
+        let over = self.firing_over_cap(st);
+        let firing: Vec<&Scope> = st
+            .episodes
+            .map()
+            .iter()
+            .filter(|(s, e)| e.firing && !over.contains(*s))
+            .map(|(s, _)| s)
+            .collect();
+        let verified: Vec<&Scope> = st
+            .episodes
+            .map()
+            .iter()
+            .filter(|(_, e)| e.remediates())
+            .map(|(s, _)| s)
+            .collect();
+        let known: HashSet<&str> = st
+            .episodes
+            .map()
+            .keys()
+            .map(|s| s.alertname.as_str())
+            .collect();
+        let episodes = &st.episodes;
+        let planned = &st.planned_at_rv;
+        let mut held_keys = Vec::new();
+
+        // The store's objects as facts for the decision core.
+        let mut t = st.core.begin(now);
+        self.store.for_each(|key, e| {
+            let name = t.domain_by().of(key, &e.view);
+            let domain = t.domain(name);
+            if matches!(e.view.pause, PauseState::Ours { .. }) {
+                held_keys.push(key.to_string());
+            }
+            // Signals that predate remedy's own last write (a released or
+            // remediated object whose controller has not reconciled yet)
+            // are not a new failure: they neither feed the breaker nor hold.
+            let fresh = e.signals_count(self.controller_grace);
+            let failing = match &e.verdict {
+                _ if !fresh => Failing::No,
+                Verdict::Transient { reason } if reason == THROTTLED => Failing::Throttled,
+                Verdict::Transient { .. } => Failing::Transient,
+                Verdict::Terminal {
+                    not_found: true, ..
+                } => Failing::NotFound,
+                _ => Failing::No,
+            };
+            let pause = match &e.view.pause {
+                PauseState::NotPaused => Pause::No,
+                PauseState::Foreign => Pause::Foreign,
+                PauseState::Ours { reason, .. } => Pause::from_reason(reason.as_deref()),
+            };
+            let profile: Option<&Profile> = profiles.get(e.profile);
+            // Counters older than the quiet window no longer count.
+            let crashes = if backoff.is_stale(e.view.failure_time, wall) {
+                0
+            } else {
+                e.view.crash_count.unwrap_or(0)
+            };
+            t.fact(
+                key,
+                Fact {
+                    domain,
+                    pause,
+                    failing,
+                    fresh,
+                    deleting: e.view.deleting,
+                    // Without its profile nothing is decided for it.
+                    planned: profile.is_none()
+                        || planned
+                            .get(key)
+                            .is_some_and(|rv| *rv == e.view.resource_version),
+                    holdable: profile.is_some_and(|p| p.hold.is_some()),
+                    crash_count: crashes,
+                    backoff_remaining: backoff.remaining(crashes, e.view.failure_time, wall),
+                    firing: firing
+                        .iter()
+                        .find(|s| s.matches(key, &e.view))
+                        .map(|s| s.alertname.as_str().into()),
+                    // Only what a verified episode fixed as its targets: a
+                    // failure after the verification is a new one.
+                    verified: episodes.targets(key)
+                        && verified.iter().any(|s| s.matches(key, &e.view)),
+                    has_work: profile.is_some_and(|p| has_work(p, e)),
+                },
+            );
+        });
+        let leader = self.leader.is_leader();
+        let synced = self.streams.iter().all(|s| self.store.is_synced(s));
+        let d = t.finish(Context {
+            leader,
+            synced,
+            external,
+        });
+
+        for (domain, held) in &d.resumed {
+            tracing::info!(
+                held,
+                %domain,
+                "leading with breaker holds: breaker resumed open, cooldown runs from now"
+            );
+        }
+        for (domain, before, after) in &d.changed {
+            tracing::warn!(%domain, open = after.is_open(), ?before, state = ?after, "outage breaker changed");
+        }
+        let scope = st.core.domain_by().label();
+        for (domain, state) in st.core.breakers().states() {
+            self.metrics
+                .breaker_open
+                .get_or_create(&ScopeLabels {
+                    scope,
+                    domain: domain.to_string(),
+                })
+                .set(i64::from(state.is_open()));
+        }
+        let breaker_open = st.core.breakers().any_open();
+
+        let mut waiting_counts: HashMap<(String, &'static str), i64> = HashMap::new();
+        let mut waiting = BTreeMap::new();
+        // Held for an alert that is not verified cleared yet. If this
+        // process never saw its episode (restart, leader change), verify it
+        // before releasing.
+        let mut recovered = Vec::new();
+        for (key, alert) in &d.settling {
+            if !known.contains(alert.as_ref()) {
+                recovered.push(Scope::recovered(alert, &key.kind));
+            }
+            *waiting_counts
+                .entry((key.kind.to_string(), "settle"))
+                .or_insert(0) += 1;
+            waiting.insert(key.to_string(), "settle".to_string());
+        }
+        for s in recovered {
+            st.episodes.adopt_hold(s, wall);
+        }
+        if leader {
+            for hold in d.holds {
+                let record = HoldRecord {
+                    since: wall,
+                    reason: hold.reason,
+                    crash_count: hold.crash_count,
+                    value: None,
+                };
+                if let Some(e) = self.store.get(&hold.key) {
+                    st.planned_at_rv
+                        .insert(hold.key.clone(), e.view.resource_version.clone());
+                }
+                self.pending.offer(hold.key, Goal::Hold(record));
+            }
+            for (key, action) in d.actions {
+                let goal = match action {
+                    Action::Release => Goal::Release,
+                    Action::Remediate => Goal::Remediate,
+                };
+                if let Some(e) = self.store.get(&key) {
+                    st.planned_at_rv
+                        .insert(key.clone(), e.view.resource_version.clone());
+                }
+                if self.pending.offer(key.clone(), goal) {
+                    self.metrics
+                        .releases
+                        .get_or_create(&crate::metrics::KindLabels {
+                            kind: key.kind.to_string(),
+                        })
+                        .inc();
+                }
+            }
+            for (key, why) in d.waiting {
+                *waiting_counts
+                    .entry((key.kind.to_string(), why.label()))
+                    .or_insert(0) += 1;
+                waiting.insert(key.to_string(), why.label().to_string());
+            }
+        }
+        // Drop plan markers the watch has caught up with.
+        let store = &self.store;
+        st.planned_at_rv
+            .retain(|k, rv| store.get(k).is_some_and(|e| e.view.resource_version == *rv));
+
+        for p in profiles {
+            for reason in ["breaker", "backoff", "budget", "settle"] {
+                let n = waiting_counts
+                    .get(&(p.kind.clone(), reason))
+                    .copied()
+                    .unwrap_or(0);
+                self.metrics
+                    .waiting
+                    .get_or_create(&KindReasonLabels {
+                        kind: p.kind.clone(),
+                        reason,
+                    })
+                    .set(n);
+            }
+        }
+        let tokens = st.core.tokens(now);
+        self.metrics.budget_tokens.set(tokens);
+        self.metrics
+            .pending_actions
+            .set(i64::try_from(self.pending.len()).unwrap_or(i64::MAX));
+        held_keys.sort();
+        st.report = StatusReport {
+            leader,
+            dry_run: self.dry_run,
+            breaker_open,
+            open_domains: st.core.breakers().open(),
+            budget_tokens: tokens,
+            held: held_keys,
+            pending: self.pending.keys(),
+            waiting,
+            episodes: st.episodes.map().values().cloned().collect(),
+            totals: BTreeMap::new(),
+            truncated: false,
+        };
+    }
+
+    /// Fixes the remediation targets of newly verified episodes: the
+    /// resources in scope held for the alert or failing with something to
+    /// clear. Over the alert's `max_resources`: nothing, counted.
+    pub(super) fn fix_targets(&self, st: &mut State) {
+        let profiles = self.store.profiles();
+        let store = &self.store;
+        // The episode record keeps targets; their total is bounded too.
+        let room =
+            crate::record::MAX_TARGETS.saturating_sub(crate::record::targets_held(&st.episodes));
+        let max = |alert: &str| {
+            self.alerts
+                .iter()
+                .find(|a| a.alertname == alert)
+                .map_or(0, |a| a.max_resources.min(room))
+        };
+        let over = st.episodes.fix_targets(max, |scope| {
+            let mut set = std::collections::BTreeSet::new();
+            store.for_each(|key, e| {
+                if !scope.matches(key, &e.view) || e.view.deleting {
+                    return;
+                }
+                let held_for_it = matches!(&e.view.pause, PauseState::Ours { reason: Some(r), .. }
+                    if r.strip_prefix(ALERT_PREFIX) == Some(scope.alertname.as_str()));
+                let failing = matches!(e.verdict, Verdict::Transient { .. })
+                    && profiles.get(e.profile).is_some_and(|p| has_work(p, e));
+                if held_for_it || (failing && e.view.pause == PauseState::NotPaused) {
+                    set.insert(key.clone());
+                }
+            });
+            set
+        });
+        for scope in over {
+            self.refused(&scope.alertname, Refusal::OverCap);
+            tracing::warn!(alert = %scope.alertname, matchers = ?scope.matchers, "verified episode selects more resources than max_resources: remediating nothing");
+        }
+    }
+
+    /// Firing scopes whose failing resources exceed the alert's cap; each
+    /// is marked (and counted) once.
+    pub(super) fn firing_over_cap(&self, st: &mut State) -> HashSet<Scope> {
+        let mut counts: HashMap<Scope, usize> = HashMap::new();
+        let firing: Vec<Scope> = st
+            .episodes
+            .map()
+            .iter()
+            .filter(|(_, e)| e.firing)
+            .map(|(s, _)| s.clone())
+            .collect();
+        if firing.is_empty() {
+            return HashSet::new();
+        }
+        self.store.for_each(|key, e| {
+            let candidate =
+                e.verdict.is_failing() || matches!(e.view.pause, PauseState::Ours { .. });
+            if !candidate {
+                return;
+            }
+            for s in firing.iter().filter(|s| s.matches(key, &e.view)) {
+                *counts.entry(s.clone()).or_insert(0) += 1;
+            }
+        });
+        let mut over = HashSet::new();
+        for s in firing {
+            let cap = self
+                .alerts
+                .iter()
+                .find(|a| a.alertname == s.alertname)
+                .map_or(0, |a| a.max_resources);
+            let n = counts.get(&s).copied().unwrap_or(0);
+            if n <= cap {
+                continue;
+            }
+            let newly = st
+                .episodes
+                .get_mut(&s)
+                .is_some_and(|e| e.over_cap.replace(n).is_none());
+            if newly {
+                self.refused(&s.alertname, Refusal::OverCap);
+                tracing::warn!(alert = %s.alertname, matchers = ?s.matchers, selected = n, cap, "firing alert selects more resources than max_resources: holding nothing");
+            }
+            over.insert(s);
+        }
+        over
+    }
+}
+
+/// Whether remediation has anything to write for a resource that is not
+/// held: failure fields to clear or a native counter to reset. A failing
+/// condition alone (a controller still quoting the old error) is not worth a
+/// budget token.
+fn has_work(profile: &Profile, e: &Entry) -> bool {
+    let view = &e.view;
+    e.failure.is_some()
+        || (profile.has_native_counter()
+            && (view.crash_count.is_some_and(|n| n > 0) || view.failure_time.is_some()))
+}

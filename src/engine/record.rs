@@ -1,0 +1,107 @@
+//! The episode record (several replicas): the leader takes notifications
+//! from it and writes its episodes back.
+
+use super::*;
+
+/// The episode record and the name this replica writes it under.
+pub(super) struct RecordLink {
+    pub(super) api: Arc<RecordApi>,
+    pub(super) identity: String,
+}
+
+impl Engine {
+    /// Keeps alert episodes in the episode record (several replicas): the
+    /// leader takes notifications from it and writes its episodes there.
+    /// Set before `run`.
+    pub fn use_record(&self, api: Arc<RecordApi>, identity: String) {
+        let _ = self.record.set(RecordLink { api, identity });
+    }
+
+    /// Reads the episode record: a follower shows its episodes, a leader
+    /// loads them once per term and takes the notifications any replica
+    /// appended since.
+    pub(super) async fn record_in(&self, leader: bool) {
+        let Some(link) = self.record.get() else {
+            return;
+        };
+        let read = link.api.read().await;
+        if let Err(e) = &read {
+            tracing::warn!(error = %e, label = e.label(), record = link.api.name(), "cannot read the episode record");
+        }
+        let up = {
+            let Ok(mut st) = self.state.lock() else {
+                return;
+            };
+            let up = st.record.read(leader, read);
+            if let Some(book) = up.replace {
+                st.episodes = book;
+            }
+            if up.covered {
+                tracing::info!(
+                    episodes = st.episodes.len(),
+                    "leading: alert episodes taken from the episode record"
+                );
+            }
+            (up.covered, up.fold)
+        };
+        let (covered, fold) = up;
+        if covered {
+            self.with_schedule(|s| s.covered(leader));
+        }
+        for n in fold {
+            // An alert no longer configured: its notification is dropped.
+            if let Some(rule) = self
+                .alerts
+                .iter()
+                .find(|a| a.alertname == n.scope.alertname)
+            {
+                self.notify(rule, &n.scope, n.firing, n.at);
+            }
+            if let Ok(mut st) = self.state.lock() {
+                st.record.folded(n.seq);
+            }
+        }
+    }
+
+    /// The leader writes its episodes back when they or the inbox changed.
+    pub(super) async fn record_out(&self) {
+        let Some(link) = self.record.get() else {
+            return;
+        };
+        if !self.leader.is_leader() {
+            return;
+        }
+        let next = match self.state.lock() {
+            Ok(mut st) => {
+                let st = &mut *st;
+                st.record.to_write(&st.episodes, &link.identity)
+            }
+            Err(_) => return,
+        };
+        let (record, rv) = match next {
+            None => return,
+            Some(Ok(w)) => w,
+            Some(Err(e)) => {
+                tracing::error!(error = %e, label = e.label(), "episode record not written");
+                return;
+            }
+        };
+        let result = link.api.write("leader", &record, rv.as_deref()).await;
+        match &result {
+            Ok(Some(_)) => tracing::debug!(
+                episodes = record.episodes.len(),
+                consumed = record.consumed,
+                "episode record written"
+            ),
+            Ok(None) => {
+                tracing::debug!("episode record changed since it was read; written next tick")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, label = e.label(), "cannot write the episode record")
+            }
+        }
+        if let Ok(mut st) = self.state.lock() {
+            st.record.written(&result);
+        }
+    }
+}

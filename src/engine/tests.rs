@@ -1,0 +1,474 @@
+use super::*;
+use crate::classify::{Classifier, default_rules};
+use crate::config::Selector;
+use crate::profile::{CAPI_PAUSED, builtin};
+use crate::remediate::execute::WriteLimiter;
+use kube::api::DynamicObject;
+use serde_json::json;
+
+/// An engine whose executor is never driven (no workers run), so the
+/// tests see exactly what the tick decides. The client points nowhere.
+fn engine(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
+    let (e, store) = engine_unsynced(cfg, leader);
+    for s in crate::watch::stream_ids(store.profiles(), &cfg.namespaces) {
+        store.mark_synced(&s);
+    }
+    (e, store)
+}
+
+/// Before the watches have listed: as right after a start.
+fn engine_unsynced(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
+    let metrics = Arc::new(Metrics::new(100));
+    let store = Arc::new(Store::new(
+        vec![builtin("openstack-machine").unwrap()],
+        Classifier::new(&default_rules()).unwrap(),
+        cfg.backoff.clone(),
+        metrics.clone(),
+    ));
+    let kc = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+    let client = kube::Client::try_from(kc).unwrap();
+    let lead = Leadership::fixed(leader);
+    let ex = Arc::new(Executor::new(
+        client,
+        metrics,
+        Arc::new(WriteLimiter::new(10.0, 10)),
+        lead.clone(),
+        false,
+    ));
+    (Engine::new(cfg, store.clone(), ex, None, lead), store)
+}
+
+fn osm(name: &str, failing: bool, annotations: serde_json::Value) -> DynamicObject {
+    let status = if failing {
+        json!({"instanceState": "BUILD", "failureReason": "CreateError", "failureMessage": "got 503 instead"})
+    } else {
+        json!({"instanceState": "ACTIVE"})
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackMachine",
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1", "annotations": annotations},
+        "status": status
+    }))
+    .unwrap()
+}
+
+fn pending(e: &Engine) -> Vec<(String, &'static str)> {
+    let g = e.pending.goals.lock().unwrap();
+    g.0.iter()
+        .map(|(k, goal)| (k.name.to_string(), goal.label()))
+        .collect()
+}
+
+fn alert(status: AlertStatus) -> AlertEvent {
+    AlertEvent {
+        fingerprint: "f1".into(),
+        alertname: "CloudAPIDegraded".into(),
+        status,
+        labels: [("kind".to_string(), "OpenStackMachine".to_string())].into(),
+        starts_at: Utc::now(),
+        ends_at: None,
+        group_key: "g".into(),
+        received_at: Utc::now(),
+    }
+}
+
+fn cfg() -> Config {
+    let mut c = Config::default();
+    c.breaker.min_resources = 2;
+    c.alerts = vec![AlertRule {
+        alertname: "CloudAPIDegraded".into(),
+        select: Selector {
+            kind_label: Some("kind".into()),
+            ..Selector::default()
+        },
+        verify_query: None,
+        allow_cluster_wide: false,
+        max_resources: 200,
+    }];
+    c
+}
+
+#[tokio::test]
+async fn breaker_holds_failing_but_never_foreign_paused_or_healthy() {
+    let (e, store) = engine(&cfg(), true);
+    store.apply(0, &osm("a", true, json!({})));
+    store.apply(0, &osm("b", true, json!({})));
+    store.apply(0, &osm("c", false, json!({})));
+    store.apply(0, &osm("d", true, json!({CAPI_PAUSED: ""})));
+    e.tick().await; // opens the breaker
+    e.tick().await; // holds with the breaker open
+    assert!(e.report().breaker_open);
+    assert_eq!(
+        pending(&e),
+        vec![("a".into(), "hold"), ("b".into(), "hold")]
+    );
+    // Planned once: the next tick does not queue the same goal again.
+    e.tick().await;
+    assert_eq!(pending(&e).len(), 2);
+}
+
+#[tokio::test]
+async fn stale_signals_after_remedys_write_neither_open_the_breaker_nor_hold() {
+    let (e, store) = engine(&cfg(), true);
+    // Just released by remedy: failure cleared, the provider's old
+    // condition still there until it reconciles.
+    let released = |name: &str, rv: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackMachine",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv},
+            "status": {"instanceState": "BUILD", "conditions": [
+                {"type": "InstanceReady", "status": "False", "reason": "InstanceNotFound"}]}
+        }))
+        .unwrap()
+    };
+    for name in ["a", "b", "c"] {
+        store
+            .own_writes()
+            .record(&ResourceKey::new("OpenStackMachine", "ns", name), "10");
+        store.apply(0, &released(name, "10"));
+    }
+    for _ in 0..3 {
+        e.tick().await;
+    }
+    assert!(
+        !e.report().breaker_open,
+        "a not-found burst of our own making"
+    );
+    assert!(pending(&e).is_empty());
+    // The controller reconciles and still cannot find them: now it counts.
+    for name in ["a", "b", "c"] {
+        store.apply(0, &released(name, "11"));
+    }
+    e.tick().await;
+    e.tick().await;
+    assert!(e.report().breaker_open);
+    assert_eq!(pending(&e).len(), 3);
+}
+
+fn held_osm(name: &str, failing: bool, reason: &str) -> DynamicObject {
+    let record = serde_json::to_string(&HoldRecord {
+        since: Utc::now(),
+        reason: reason.into(),
+        crash_count: 1,
+        value: None,
+    })
+    .unwrap();
+    osm(
+        name,
+        failing,
+        json!({CAPI_PAUSED: crate::profile::PAUSE_MARKER, crate::profile::HOLD_ANNOTATION: record}),
+    )
+}
+
+#[tokio::test]
+async fn a_new_leader_serves_the_full_cooldown_before_releasing_breaker_holds() {
+    let mut c = cfg();
+    c.breaker.min_resources = 1000;
+    c.breaker.cooldown = Duration::from_secs(3600);
+    let (e, store) = engine_unsynced(&c, true);
+    // What the last leader left: 5 breaker holds; 17% still failing,
+    // between close_ratio (0.1) and open_ratio (0.3).
+    e.tick().await;
+    assert!(!e.report().breaker_open, "nothing listed yet");
+    for i in 0..5 {
+        store.apply(0, &held_osm(&format!("h{i}"), true, BREAKER_REASON));
+    }
+    for i in 0..25 {
+        store.apply(0, &osm(&format!("f{i}"), i < 5, json!({})));
+    }
+    e.tick().await;
+    assert!(
+        pending(&e).is_empty(),
+        "no release before the watches have listed: {:?}",
+        pending(&e)
+    );
+    for s in crate::watch::stream_ids(store.profiles(), &[]) {
+        store.mark_synced(&s);
+    }
+    for _ in 0..3 {
+        e.tick().await;
+    }
+    assert!(e.report().breaker_open, "resumed from the holds");
+    // Open means what it means for any breaker: failing resources are
+    // held too; but no held one is released before the cooldown.
+    assert!(
+        pending(&e).iter().all(|(_, g)| *g == "hold"),
+        "nothing released before the cooldown: {:?}",
+        pending(&e)
+    );
+    assert!(pending(&e).iter().all(|(n, _)| n.starts_with('f')));
+}
+
+#[tokio::test]
+async fn a_verified_episode_remediates_its_targets_once_and_not_later_failures() {
+    let mut c = cfg();
+    c.breaker.min_resources = 1000;
+    let (e, store) = engine(&c, true);
+    store.apply(0, &osm("a", true, json!({})));
+    e.handle(&alert(AlertStatus::Firing));
+    e.handle(&alert(AlertStatus::Resolved));
+    {
+        let mut st = e.state.lock().unwrap();
+        let scope = st.episodes.map().keys().next().unwrap().clone();
+        st.episodes.get_mut(&scope).unwrap().verified_at = Some(Utc::now());
+    }
+    e.tick().await;
+    assert_eq!(pending(&e), vec![("a".into(), "remediate")]);
+    // The remediation is done (the worker reports it), then "a" fails
+    // again and "b" fails for the first time, within the episode TTL.
+    let (key, _) = e.pending.take().unwrap();
+    e.pending.finish(&key);
+    e.state.lock().unwrap().episodes.done(&key);
+    let mut again = osm("a", true, json!({}));
+    again.metadata.resource_version = Some("7".into());
+    store.apply(0, &again);
+    store.apply(0, &osm("b", true, json!({})));
+    for _ in 0..3 {
+        e.tick().await;
+    }
+    assert!(
+        pending(&e).is_empty(),
+        "new failures take the normal path: {:?}",
+        pending(&e)
+    );
+}
+
+#[tokio::test]
+async fn refused_notifications_change_nothing_and_are_counted() {
+    let mut c = cfg();
+    c.breaker.min_resources = 1000;
+    c.alerts[0].max_resources = 2;
+    let (e, store) = engine(&c, true);
+    for n in ["a", "b", "c"] {
+        store.apply(0, &osm(n, true, json!({})));
+    }
+    let refused = |reason| {
+        e.metrics
+            .episodes_refused
+            .get_or_create(&EpisodeLabels {
+                alert: "CloudAPIDegraded".into(),
+                reason,
+            })
+            .get()
+    };
+    // No selector label: it would select the whole fleet.
+    let mut wide = alert(AlertStatus::Firing);
+    wide.labels.clear();
+    e.handle(&wide);
+    e.tick().await;
+    assert!(pending(&e).is_empty());
+    assert_eq!(refused("cluster_wide"), 1);
+    assert!(e.report().episodes.is_empty());
+    // In scope, but 3 failing resources over a cap of 2: nothing held.
+    e.handle(&alert(AlertStatus::Firing));
+    e.tick().await;
+    e.tick().await;
+    assert!(pending(&e).is_empty(), "{:?}", pending(&e));
+    assert_eq!(refused("over_cap"), 1, "counted once");
+}
+
+#[tokio::test]
+async fn a_follower_decides_nothing() {
+    let (e, store) = engine(&cfg(), false);
+    store.apply(0, &osm("a", true, json!({})));
+    store.apply(0, &osm("b", true, json!({})));
+    e.tick().await;
+    e.tick().await;
+    assert!(e.report().breaker_open, "followers still track the breaker");
+    assert!(pending(&e).is_empty());
+    assert!(!e.report().leader);
+}
+
+#[tokio::test]
+async fn firing_alert_holds_its_scope_and_resolved_without_proof_does_nothing() {
+    let mut c = cfg();
+    c.breaker.min_resources = 1000; // only the alert acts
+    c.signals.settle = Duration::ZERO;
+    let (e, store) = engine(&c, true);
+    store.apply(0, &osm("a", true, json!({})));
+    e.handle(&alert(AlertStatus::Firing));
+    e.tick().await;
+    assert_eq!(pending(&e), vec![("a".into(), "hold")]);
+    // Simulate the hold landing.
+    e.pending.take();
+    e.pending
+        .finish(&ResourceKey::new("OpenStackMachine", "ns", "a"));
+    let record = serde_json::to_string(&HoldRecord {
+        since: Utc::now(),
+        reason: "alert:CloudAPIDegraded".into(),
+        crash_count: 1,
+        value: None,
+    })
+    .unwrap();
+    let mut held = osm(
+        "a",
+        true,
+        json!({CAPI_PAUSED: crate::profile::PAUSE_MARKER, crate::profile::HOLD_ANNOTATION: record}),
+    );
+    held.metadata.resource_version = Some("2".into());
+    store.apply(0, &held);
+    e.handle(&alert(AlertStatus::Resolved));
+    for _ in 0..3 {
+        e.tick().await;
+    }
+    // No verifier configured: no proof, so no remediation, and it says why.
+    assert!(pending(&e).is_empty());
+    let report = e.report();
+    assert_eq!(report.held, vec!["ns/OpenStackMachine/a"]);
+    assert!(
+        e.problems().iter().any(|p| p.contains("cannot verify")),
+        "{:?}",
+        e.problems()
+    );
+    assert_eq!(
+        report
+            .waiting
+            .get("ns/OpenStackMachine/a")
+            .map(String::as_str),
+        Some("settle")
+    );
+}
+
+fn labels(kind: &str) -> BTreeMap<String, String> {
+    [("alertname", "CloudAPIDegraded"), ("kind", kind)]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn recovered_firing_holds_and_recovered_resolved_needs_proof() {
+    let mut c = cfg();
+    c.breaker.min_resources = 1000; // only the alert acts
+    c.signals.settle = Duration::ZERO;
+    let (e, store) = engine(&c, true);
+    store.apply(0, &osm("a", true, json!({})));
+    // Fired within the TTL, not now: resolved, never verified by this.
+    e.apply_recovery(
+        &recovery::Answer {
+            firing_now: vec![],
+            fired_within: vec![labels("OpenStackMachine")],
+        },
+        Utc::now(),
+    );
+    for _ in 0..3 {
+        e.tick().await;
+    }
+    assert!(pending(&e).is_empty(), "no remediation without proof");
+    let eps = e.report().episodes;
+    assert_eq!(eps.len(), 1);
+    assert!(!eps[0].firing && eps[0].verified_at.is_none() && eps[0].from_prometheus);
+
+    // Firing now: the failing machine in scope is held at once.
+    let (e, store) = engine(&c, true);
+    store.apply(0, &osm("a", true, json!({})));
+    let answer = recovery::Answer {
+        firing_now: vec![labels("OpenStackMachine")],
+        fired_within: vec![labels("OpenStackMachine")],
+    };
+    e.apply_recovery(&answer, Utc::now());
+    e.tick().await;
+    assert_eq!(pending(&e), vec![("a".into(), "hold")]);
+    // A webhook takes the episode over; recovering again leaves it.
+    e.handle(&alert(AlertStatus::Resolved));
+    e.apply_recovery(&answer, Utc::now());
+    let eps = e.report_episodes();
+    assert_eq!(eps.len(), 1);
+    assert!(!eps[0].firing && !eps[0].from_prometheus, "{eps:?}");
+}
+
+#[tokio::test]
+async fn a_failed_recovery_is_retried_after_a_pause_not_every_tick() {
+    let mut c = cfg();
+    // Nothing listens on port 9: every query fails at once.
+    c.signals.prometheus_url = Some("http://127.0.0.1:9".into());
+    c.signals.timeout = Duration::from_millis(500);
+    let metrics = Arc::new(Metrics::new(10));
+    let verifier = Arc::new(Verifier::new(&c.signals, metrics.clone()).unwrap());
+    let (plain, store) = engine(&c, true);
+    let e = Engine::new(
+        &c,
+        store,
+        plain.executor.clone(),
+        Some(verifier),
+        Leadership::fixed(true),
+    );
+    let errors = || {
+        metrics
+            .signal_queries
+            .get_or_create(&crate::metrics::SignalLabels {
+                target: "prometheus",
+                result: "error",
+            })
+            .get()
+    };
+    e.tick().await;
+    assert_eq!(errors(), 1, "the first tick tries to recover");
+    for _ in 0..5 {
+        e.tick().await;
+    }
+    assert_eq!(errors(), 1, "no retry within recovery::RETRY");
+    assert!(
+        e.report().episodes.is_empty(),
+        "a failed query creates nothing"
+    );
+}
+
+#[tokio::test]
+async fn over_the_episode_bound_new_firing_episodes_are_refused_not_old_ones_evicted() {
+    let (e, _) = engine(&cfg(), true);
+    let base = Utc::now();
+    // Map order (by kind label) is the reverse of age order.
+    for i in 0..MAX_EPISODES + 3 {
+        let mut ev = alert(AlertStatus::Firing);
+        ev.labels = [("kind".to_string(), format!("K{:05}", MAX_EPISODES + 3 - i))].into();
+        ev.received_at = base + chrono::Duration::seconds(i as i64);
+        e.handle(&ev);
+    }
+    e.tick().await;
+    let eps = e.report_episodes();
+    assert_eq!(eps.len(), MAX_EPISODES);
+    let oldest = eps.iter().map(|ep| ep.changed_at).min();
+    assert_eq!(oldest, Some(base), "firing episodes are kept");
+    let full = e
+        .metrics
+        .episodes_refused
+        .get_or_create(&EpisodeLabels {
+            alert: "CloudAPIDegraded".into(),
+            reason: "full",
+        })
+        .get();
+    assert_eq!(full, 3);
+}
+
+#[test]
+fn status_lists_are_cut_to_the_limit_with_their_totals() {
+    let r = StatusReport {
+        held: (0..5).map(|i| format!("h{i}")).collect(),
+        waiting: (0..3)
+            .map(|i| (format!("w{i}"), "budget".to_string()))
+            .collect(),
+        ..StatusReport::default()
+    };
+    let l = r.limited(2);
+    assert_eq!(l.held, vec!["h0", "h1"]);
+    assert_eq!(l.waiting.len(), 2);
+    assert_eq!(l.totals["held"], 5);
+    assert_eq!(l.totals["waiting"], 3);
+    assert!(l.truncated);
+    assert!(!r.limited(5).truncated);
+}
+
+#[test]
+fn pending_never_holds_two_goals_for_one_resource() {
+    let p = Pending::default();
+    let k = ResourceKey::new("K", "ns", "a");
+    assert!(p.offer(k.clone(), Goal::Release));
+    assert!(!p.offer(k.clone(), Goal::Remediate), "queued");
+    let (taken, _) = p.take().unwrap();
+    assert!(!p.offer(k.clone(), Goal::Remediate), "running");
+    p.finish(&taken);
+    assert!(p.offer(k.clone(), Goal::Remediate));
+    assert_eq!(p.cancel(|_, g| *g == Goal::Remediate), 1);
+    assert_eq!(p.len(), 0);
+}
