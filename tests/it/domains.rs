@@ -181,3 +181,144 @@ async fn an_outage_in_one_zone_holds_that_zone_and_the_other_is_released() {
         began.elapsed()
     );
 }
+
+/// Sum of remedy's crash counts on a zone's machines: one per hold.
+async fn holds_in(api: &Api<DynamicObject>, zone: &str) -> u64 {
+    api.list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .filter(|o| {
+            o.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ZONE_LABEL))
+                .map(String::as_str)
+                == Some(zone)
+        })
+        .filter_map(|o| {
+            o.metadata
+                .annotations
+                .as_ref()?
+                .get(remedy::profile::CRASH_ANNOTATION)?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// With probing on (`breaker.release.probe_every`), an open domain sends
+/// one held machine back to its controller every second: zone b's probes
+/// succeed and zone b is released at a growing pace while its breaker is
+/// still open; zone a's probes fail again, are held again, and keep zone
+/// a's breaker open the whole time instead of closing and releasing a wave
+/// into a dead cloud (what the test above shows without probes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_release_a_zone_that_is_back_and_keep_a_dead_zone_open() {
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "probes").await;
+    let mut api = None;
+    for zone in ["zone-a", "zone-b"] {
+        for i in 0..PER_ZONE {
+            let mut o = sample("capo-openstackmachine-error.yaml");
+            o.metadata.name = Some(format!("{zone}-{i}"));
+            o.metadata.labels = Some(BTreeMap::from([(ZONE_LABEL.to_string(), zone.to_string())]));
+            o.data["status"] = json!({"ready": false});
+            let o = create_with_status(&client, o, &ns).await;
+            api.get_or_insert_with(|| api_for(&client, &o, &ns));
+        }
+    }
+    let api = api.expect("api");
+    let (up_a, up_b) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let capo = StandInCapo::start_zoned(
+        api.clone(),
+        Duration::from_millis(300),
+        HashMap::from([
+            ("zone-a".to_string(), up_a.clone()),
+            ("zone-b".to_string(), up_b.clone()),
+        ]),
+    );
+    // controller_grace: a release's answer is the controller's next write,
+    // not remedy's own.
+    let remedy = Remedy::serve(
+        cluster,
+        &format!(
+            "namespaces: [{ns}]\nprofiles: [openstack-machine]\ntick: 250ms\nleader_election: {{enabled: false}}\n\
+             controller_grace: 10s\n\
+             backoff: {{base: 1s, cap: 2s, jitter: 0, quiet_window: 1h}}\n\
+             budget: {{refill_per_second: 5, burst: 5}}\n\
+             breaker: {{open_ratio: 0.4, close_ratio: 0.2, min_resources: 2, window: 1s, cooldown: 3s, \
+             domain: {{label: {ZONE_LABEL}}}, release: {{probe_every: 1s, window: 1s, step: 1, min_success: 0.2}}}}\n"
+        ),
+    );
+    remedy.wait_ready().await;
+    eventually(Duration::from_secs(60), "both zones held", || async {
+        let z = zones(&api).await;
+        (z.get("zone-a")?.0 == PER_ZONE && z.get("zone-b")?.0 == PER_ZONE).then_some(())
+    })
+    .await;
+    let holds_a_before = holds_in(&api, "zone-a").await;
+
+    up_b.store(true, Ordering::SeqCst);
+    let back = Instant::now();
+    let deadline = back + Duration::from_secs(60);
+    let mut b_open_while_released = 0;
+    let mut last_b = 0;
+    loop {
+        let a = breaker(&remedy, "zone-a").await;
+        assert_eq!(
+            a,
+            Some(1.0),
+            "zone-a's breaker closed\n{}",
+            remedy.log_tail()
+        );
+        let b_open = breaker(&remedy, "zone-b").await == Some(1.0);
+        let b = zones(&api).await.get("zone-b").copied().unwrap_or_default();
+        if b_open && b.1 > last_b {
+            b_open_while_released += b.1 - last_b;
+        }
+        last_b = b.1;
+        if b == (0, PER_ZONE) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "zone-b not released: {b:?}\n{}",
+            remedy.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let b_done = back.elapsed();
+    // Zone a: probed and held again, never released as a wave.
+    eventually(
+        Duration::from_secs(30),
+        "zone-a probed and held again",
+        || async {
+            let probes = holds_in(&api, "zone-a")
+                .await
+                .saturating_sub(holds_a_before);
+            let held = zones(&api).await.get("zone-a")?.0;
+            (probes >= 2 && held == PER_ZONE).then_some(())
+        },
+    )
+    .await;
+    let probes_a = holds_in(&api, "zone-a").await - holds_a_before;
+    assert_eq!(breaker(&remedy, "zone-a").await, Some(1.0));
+    assert!(
+        b_open_while_released >= 1,
+        "zone b's first releases were probes while it was open"
+    );
+    let running_a = zones(&api).await.get("zone-a").map_or(0, |z| z.1);
+    assert_eq!(running_a, 0, "zone a's cloud is down");
+    eprintln!(
+        "probes: zone-b all running {b_done:?} after its cloud came back ({b_open_while_released} \
+         while its breaker was still open); zone-a probed {probes_a} time(s), breaker open \
+         throughout; {} cloud calls",
+        capo.calls.load(Ordering::SeqCst)
+    );
+}
