@@ -781,6 +781,33 @@ mod tests {
     }
 
     #[test]
+    fn the_release_pace_is_validated() {
+        let ok = Config::from_yaml(
+            "breaker: {release: {probe_every: 1m, window: 5s, step: 2, min_success: 0.4}}",
+        )
+        .unwrap()
+        .validate()
+        .unwrap();
+        assert_eq!(
+            ok.config.breaker.release.probe_every,
+            Some(Duration::from_secs(60))
+        );
+        for (yaml, field) in [
+            ("{probe_every: 500ms}", "breaker.release.probe_every"),
+            ("{window: 0s}", "breaker.release.window"),
+            ("{step: -1}", "breaker.release.step"),
+            ("{min_success: 1.5}", "breaker.release.min_success"),
+        ] {
+            let err = Config::from_yaml(&format!("breaker: {{release: {yaml}}}"))
+                .unwrap()
+                .validate()
+                .unwrap_err();
+            assert!(err.to_string().contains(field), "{yaml}: {err}");
+        }
+        assert!(Config::from_yaml("breaker: {release: {probes: 1}}").is_err());
+    }
+
+    #[test]
     fn empty_file_gives_the_defaults() {
         let v = Config::from_yaml("{}").unwrap().validate().unwrap();
         assert_eq!(v.profiles.len(), 6);

@@ -132,6 +132,8 @@ pub struct Remedy {
     first_open: Option<Ms>,
     last_close: Option<Ms>,
     releases_while_open: u64,
+    /// Per zone: when it last went from troubled (failing or held) to clear.
+    clear_since: Vec<Option<Ms>>,
     trace: Option<Vec<TickRecord>>,
 }
 
@@ -165,6 +167,7 @@ impl Remedy {
             first_open: None,
             last_close: None,
             releases_while_open: 0,
+            clear_since: vec![Some(0); s.zones.max(1) as usize],
             trace: None,
             p,
         }
@@ -261,17 +264,28 @@ impl Policy for Remedy {
             .map(|r| (r.id, self.sim_fact(r)))
             .collect();
         let mut quiet = self.zone_sizes.clone();
+        let mut troubled = vec![false; quiet.len()];
         let mut t = self.core.begin(Duration::from_millis(now));
         for (id, f) in &facts {
             let z = f.zone as usize;
             if let Some(q) = quiet.get_mut(z) {
                 *q -= 1;
             }
+            if f.failing || f.paused {
+                troubled[z] = true;
+            }
             let domain = self.zones[z].clone();
             t.fact(id, fact(&self.p.backoff, domain, f, now));
         }
         for (z, n) in quiet.iter().enumerate() {
             t.quiet(&self.zones[z], *n);
+        }
+        for (since, troubled) in self.clear_since.iter_mut().zip(&troubled) {
+            match (*troubled, *since) {
+                (true, _) => *since = None,
+                (false, None) => *since = Some(now),
+                (false, Some(_)) => {}
+            }
         }
         let d = t.finish(Context {
             leader: true,
@@ -360,9 +374,20 @@ impl Policy for Remedy {
     fn note(&self) -> String {
         let fmt = |t: Option<Ms>| t.map_or("-".to_string(), |t| format!("{} s", t / 1000));
         let (ok, failed) = self.core.outcomes();
+        // A zoned fleet: when each zone was last clear of failing and
+        // held resources for good.
+        let zones: String = match self.clear_since.len() {
+            1 => String::new(),
+            _ => self
+                .clear_since
+                .iter()
+                .enumerate()
+                .map(|(z, t)| format!("; {} clear from {}", zone_name(z as u32), fmt(*t)))
+                .collect(),
+        };
         format!(
             "breaker opened {} time(s), first at {}, last closed at {}; {} releases while open; \
-             release outcomes {ok} ok, {failed} failed again; budget {}/s burst {}",
+             release outcomes {ok} ok, {failed} failed again; budget {}/s burst {}{zones}",
             self.openings,
             fmt(self.first_open),
             fmt(self.last_close),

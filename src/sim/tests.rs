@@ -96,6 +96,15 @@ fn zones_hold_only_the_zone_that_stays_down() {
         one.failing_at_end,
         per_zone.failing_at_end
     );
+    // Zone 1 is clear long before the outage ends with a breaker per
+    // zone; with one breaker it waits for zone 0.
+    let clear = |r: &PolicyReport| -> u64 {
+        let at = r.note.find("zone-1 clear from ").expect("zone note") + 18;
+        r.note[at..].split(' ').next().unwrap().parse().unwrap()
+    };
+    let outage = s.outage.as_secs();
+    assert!(clear(per_zone) < outage, "{}", per_zone.note);
+    assert!(clear(one) >= outage, "{}", one.note);
 }
 
 #[test]
