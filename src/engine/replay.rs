@@ -5,11 +5,9 @@
 //! tick's holds, releases and waits must match what the simulator decided.
 
 use super::*;
-use crate::classify::{Classifier, default_rules};
 use crate::profile::{
-    CAPI_PAUSED, CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, PAUSE_MARKER, builtin,
+    CAPI_PAUSED, CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, PAUSE_MARKER,
 };
-use crate::remediate::execute::WriteLimiter;
 use crate::sim::remedy::{Remedy, RemedyParams, SimFact, ZONE_LABEL, wall, zone_name};
 use crate::sim::{Mode, Scenario};
 use kube::api::DynamicObject;
@@ -83,27 +81,7 @@ async fn the_engine_replays_a_simulator_run_with_the_same_decisions() {
         backoff: params.backoff.clone(),
         ..Config::default()
     };
-    let metrics = Arc::new(Metrics::new(100));
-    let store = Arc::new(Store::new(
-        vec![builtin("openstack-machine").unwrap()],
-        Classifier::new(&default_rules()).unwrap(),
-        cfg.backoff.clone(),
-        metrics.clone(),
-    ));
-    for stream in crate::watch::stream_ids(store.profiles(), &cfg.namespaces) {
-        store.mark_synced(&stream);
-    }
-    let client =
-        kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-    let lead = Leadership::fixed(true);
-    let ex = Arc::new(Executor::new(
-        client,
-        metrics,
-        Arc::new(WriteLimiter::new(10.0, 10)),
-        lead.clone(),
-        false,
-    ));
-    let engine = Engine::new(&cfg, store.clone(), ex, None, lead);
+    let (engine, store) = super::tests::engine(&cfg, true);
 
     let mut last: Vec<Option<Value>> = vec![None; s.resources as usize];
     let mut rv = 0u64;

@@ -8,7 +8,7 @@ use serde_json::json;
 
 /// An engine whose executor is never driven (no workers run), so the
 /// tests see exactly what the tick decides. The client points nowhere.
-fn engine(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
+pub(super) fn engine(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
     let (e, store) = engine_unsynced(cfg, leader);
     for s in crate::watch::stream_ids(store.profiles(), &cfg.namespaces) {
         store.mark_synced(&s);

@@ -58,7 +58,7 @@ pub trait Policy {
 }
 
 /// min(base·2^(failures-1), cap), saturating.
-pub(crate) fn exponential(base_ms: u64, cap_ms: u64, failures: u32) -> u64 {
+fn exponential(base_ms: u64, cap_ms: u64, failures: u32) -> u64 {
     let exp = failures.saturating_sub(1).min(63);
     base_ms.saturating_mul(1u64 << exp).min(cap_ms)
 }
@@ -71,7 +71,7 @@ fn full_jitter(base_ms: u64, cap_ms: u64, failures: u32, rng: &mut StdRng) -> u6
 /// golang.org/x/time/rate `Limiter.Reserve().Delay()`: tokens may go
 /// negative, i.e. every caller gets a slot in the future.
 #[derive(Clone, Debug)]
-pub(crate) struct ReserveBucket {
+struct ReserveBucket {
     per_ms: f64,
     burst: f64,
     tokens: f64,
@@ -79,7 +79,7 @@ pub(crate) struct ReserveBucket {
 }
 
 impl ReserveBucket {
-    pub(crate) fn new(per_second: f64, burst: u32) -> Self {
+    fn new(per_second: f64, burst: u32) -> Self {
         Self {
             per_ms: per_second / 1000.0,
             burst: f64::from(burst),
@@ -88,7 +88,7 @@ impl ReserveBucket {
         }
     }
 
-    pub(crate) fn reserve(&mut self, now: Ms) -> Ms {
+    fn reserve(&mut self, now: Ms) -> Ms {
         if now > self.last {
             let refill = (now - self.last) as f64 * self.per_ms;
             self.tokens = (self.tokens + refill).min(self.burst);

@@ -8,7 +8,7 @@
 
 use super::Scenario;
 use super::model::{CallKind, Ms, Outcome, Resource};
-use super::policy::{Policy, ReserveBucket, exponential};
+use super::policy::{ClientGoDefault, Policy};
 use crate::backoff::BackoffPolicy;
 use crate::config::{BreakerConfig, BudgetConfig, DomainBy, PaceConfig};
 use crate::decide::{Action, Context, Core, CoreConfig, Decisions, Fact, Failing, Pause};
@@ -118,8 +118,8 @@ pub struct Remedy {
     core: Core<u32>,
     zones: Vec<Arc<str>>,
     zone_sizes: Vec<u32>,
-    /// The controllers' workqueue limiters (controller-runtime's default).
-    queues: Vec<ReserveBucket>,
+    /// The provider's requeues: controller-runtime's default limiter.
+    provider: ClientGoDefault,
     crash: Vec<u32>,
     failure_time: Vec<Option<Ms>>,
     /// Released, no outcome yet: its failure signals are remedy's own.
@@ -156,7 +156,7 @@ impl Remedy {
             core,
             zones,
             zone_sizes,
-            queues: vec![ReserveBucket::new(10.0, 100); s.controllers as usize],
+            provider: ClientGoDefault::new(s.controllers),
             crash: vec![0; n],
             failure_time: vec![None; n],
             unanswered: vec![false; n],
@@ -348,9 +348,9 @@ impl Policy for Remedy {
         &mut self,
         now: Ms,
         r: &Resource,
-        _kind: CallKind,
+        kind: CallKind,
         outcome: Outcome,
-        _rng: &mut StdRng,
+        rng: &mut StdRng,
     ) -> Option<Ms> {
         let i = r.id as usize;
         if let Some(u) = self.unanswered.get_mut(i) {
@@ -364,11 +364,8 @@ impl Policy for Remedy {
             // Failure status set: the provider stops reconciling it.
             return None;
         }
-        // controller-runtime requeues a failed reconcile: max of the item's
-        // exponential and the controller's bucket.
-        let item = exponential(5, 1_000_000, r.failures);
-        let overall = self.queues[r.controller as usize].reserve(now);
-        Some(now + item.max(overall))
+        // controller-runtime requeues a failed reconcile.
+        self.provider.on_outcome(now, r, kind, outcome, rng)
     }
 
     fn note(&self) -> String {

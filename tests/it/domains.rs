@@ -50,20 +50,15 @@ async fn zones(api: &Api<DynamicObject>) -> BTreeMap<String, (usize, usize)> {
     out
 }
 
-async fn breaker(remedy: &Remedy, zone: &str) -> Option<f64> {
-    let (_, text) = remedy.get("/metrics").await?;
-    crate::support::sample(
-        &text,
-        &format!(r#"remedy_outage_breaker_open{{scope="label",domain="{zone}"}}"#),
-    )
+/// PER_ZONE failed OpenStackMachines in each of zone-a and zone-b, with the
+/// CAPO stand-in and a cloud per zone, both down; zone-a's stays down.
+struct Zoned {
+    api: Api<DynamicObject>,
+    up_b: Arc<AtomicBool>,
+    capo: StandInCapo,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_outage_in_one_zone_holds_that_zone_and_the_other_is_released() {
-    let began = Instant::now();
-    let cluster = TestCluster::shared();
-    let client = cluster.client().await;
-    let ns = namespace(&client, "domains").await;
+async fn zoned(client: &kube::Client, ns: &str) -> Zoned {
     let mut api = None;
     for zone in ["zone-a", "zone-b"] {
         for i in 0..PER_ZONE {
@@ -71,8 +66,8 @@ async fn an_outage_in_one_zone_holds_that_zone_and_the_other_is_released() {
             o.metadata.name = Some(format!("{zone}-{i}"));
             o.metadata.labels = Some(BTreeMap::from([(ZONE_LABEL.to_string(), zone.to_string())]));
             o.data["status"] = json!({"ready": false});
-            let o = create_with_status(&client, o, &ns).await;
-            api.get_or_insert_with(|| api_for(&client, &o, &ns));
+            let o = create_with_status(client, o, ns).await;
+            api.get_or_insert_with(|| api_for(client, &o, ns));
         }
     }
     let api = api.expect("api");
@@ -88,6 +83,24 @@ async fn an_outage_in_one_zone_holds_that_zone_and_the_other_is_released() {
             ("zone-b".to_string(), up_b.clone()),
         ]),
     );
+    Zoned { api, up_b, capo }
+}
+
+async fn breaker(remedy: &Remedy, zone: &str) -> Option<f64> {
+    let (_, text) = remedy.get("/metrics").await?;
+    crate::support::sample(
+        &text,
+        &format!(r#"remedy_outage_breaker_open{{scope="label",domain="{zone}"}}"#),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_in_one_zone_holds_that_zone_and_the_other_is_released() {
+    let began = Instant::now();
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "domains").await;
+    let Zoned { api, up_b, capo } = zoned(&client, &ns).await;
     let remedy = Remedy::serve(
         cluster,
         &format!(
@@ -219,30 +232,7 @@ async fn probes_release_a_zone_that_is_back_and_keep_a_dead_zone_open() {
     let cluster = TestCluster::shared();
     let client = cluster.client().await;
     let ns = namespace(&client, "probes").await;
-    let mut api = None;
-    for zone in ["zone-a", "zone-b"] {
-        for i in 0..PER_ZONE {
-            let mut o = sample("capo-openstackmachine-error.yaml");
-            o.metadata.name = Some(format!("{zone}-{i}"));
-            o.metadata.labels = Some(BTreeMap::from([(ZONE_LABEL.to_string(), zone.to_string())]));
-            o.data["status"] = json!({"ready": false});
-            let o = create_with_status(&client, o, &ns).await;
-            api.get_or_insert_with(|| api_for(&client, &o, &ns));
-        }
-    }
-    let api = api.expect("api");
-    let (up_a, up_b) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let capo = StandInCapo::start_zoned(
-        api.clone(),
-        Duration::from_millis(300),
-        HashMap::from([
-            ("zone-a".to_string(), up_a.clone()),
-            ("zone-b".to_string(), up_b.clone()),
-        ]),
-    );
+    let Zoned { api, up_b, capo } = zoned(&client, &ns).await;
     // controller_grace: a release's answer is the controller's next write,
     // not remedy's own.
     let remedy = Remedy::serve(
