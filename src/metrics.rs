@@ -363,6 +363,7 @@ pub struct Metrics {
     pub terminal_errors: Family<ErrorLabels, Counter>,
     pub transient_ratio: Family<KindLabels, FGauge>,
     pub breaker_open: Family<ScopeLabels, Gauge>,
+    pub release_pace: Family<ScopeLabels, FGauge>,
     pub budget_tokens: FGauge,
     pub held: Family<KindLabels, Gauge>,
     pub waiting: Family<KindReasonLabels, Gauge>,
@@ -402,6 +403,7 @@ impl Metrics {
             terminal_errors: Family::default(),
             transient_ratio: Family::default(),
             breaker_open: Family::default(),
+            release_pace: Family::default(),
             budget_tokens: FGauge::default(),
             held: Family::default(),
             waiting: Family::default(),
@@ -455,6 +457,11 @@ impl Metrics {
             "remedy_outage_breaker_open",
             "1 while the outage breaker holds failing resources",
             m.breaker_open.clone(),
+        );
+        r.register(
+            "remedy_release_pace",
+            "Releases per second a failure domain may make now: the budget's refill unless its adaptive pace is lower",
+            m.release_pace.clone(),
         );
         r.register(
             "remedy_retry_budget_tokens",

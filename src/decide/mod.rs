@@ -240,6 +240,17 @@ impl<K: Clone + Ord + Hash> Core<K> {
         self.paces.get(domain).and_then(Pace::rate)
     }
 
+    /// Releases per second `domain` may make now: the budget's refill,
+    /// unless its pace is lower (probes, or nothing, while its breaker is
+    /// open; a shrunk pace after failed or throttled releases).
+    pub fn release_rate(&self, domain: &str) -> f64 {
+        let budget = self.cfg.budget.refill_per_second;
+        match self.paces.get(domain).and_then(Pace::rate) {
+            Some(r) => r.min(budget),
+            None => budget,
+        }
+    }
+
     /// Outcomes of releases seen so far: (succeeded, failed again).
     pub fn outcomes(&self) -> (u64, u64) {
         self.outcomes

@@ -125,13 +125,18 @@ impl Engine {
         }
         let scope = st.core.domain_by().label();
         for (domain, state) in st.core.breakers().states() {
+            let labels = ScopeLabels {
+                scope,
+                domain: domain.to_string(),
+            };
             self.metrics
                 .breaker_open
-                .get_or_create(&ScopeLabels {
-                    scope,
-                    domain: domain.to_string(),
-                })
+                .get_or_create(&labels)
                 .set(i64::from(state.is_open()));
+            self.metrics
+                .release_pace
+                .get_or_create(&labels)
+                .set(st.core.release_rate(domain));
         }
         let breaker_open = st.core.breakers().any_open();
 

@@ -95,9 +95,20 @@ async fn breaker_holds_failing_but_never_foreign_paused_or_healthy() {
     store.apply(0, &osm("b", true, json!({})));
     store.apply(0, &osm("c", false, json!({})));
     store.apply(0, &osm("d", true, json!({CAPI_PAUSED: ""})));
+    let pace = |e: &Engine| {
+        e.metrics
+            .release_pace
+            .get_or_create(&ScopeLabels {
+                scope: "cluster",
+                domain: "cluster".into(),
+            })
+            .get()
+    };
     e.tick().await; // opens the breaker
     e.tick().await; // holds with the breaker open
     assert!(e.report().breaker_open);
+    // Probing is off: nothing leaves while the breaker is open.
+    assert_eq!(pace(&e), 0.0);
     assert_eq!(
         pending(&e),
         vec![("a".into(), "hold"), ("b".into(), "hold")]
