@@ -38,6 +38,8 @@ pub struct Pace {
     throttled: u32,
     /// Success share of the last full window that had outcomes.
     last_share: Option<f64>,
+    /// The domain's breaker is open.
+    open: bool,
 }
 
 impl Pace {
@@ -52,6 +54,7 @@ impl Pace {
             failed: 0,
             throttled: 0,
             last_share: None,
+            open: false,
         }
     }
 
@@ -65,16 +68,26 @@ impl Pace {
 
     /// The domain's breaker opened: back to probing.
     pub fn opened(&mut self) {
+        self.open = true;
         self.rate = Some(self.floor());
         self.credit = self.credit.min(1.0);
     }
 
-    /// The domain's breaker closed. Without any probe outcome (probing off)
-    /// there is nothing to pace by: only the budget limits releases, as
-    /// before adaptive release.
+    /// Probing is off: an open domain releases nothing, whatever the
+    /// answers of releases made before it opened say.
+    fn frozen(&self) -> bool {
+        self.open && self.floor() == 0.0
+    }
+
+    /// The domain's breaker closed. Without probes nothing was learnt
+    /// while it was open: only the budget limits releases, as before
+    /// adaptive release. With probes the pace they built up goes on.
     pub fn closed(&mut self) {
-        if self.last_share.is_none() && self.ok + self.failed == 0 {
+        self.open = false;
+        if self.floor() == 0.0 {
             self.rate = None;
+            (self.ok, self.failed, self.throttled) = (0, 0, 0);
+            self.last_share = None;
         }
     }
 
@@ -148,6 +161,9 @@ impl Pace {
         let throttled = self.throttled > 0;
         self.last_share = Some(share);
         (self.ok, self.failed, self.throttled) = (0, 0, 0);
+        if self.frozen() {
+            return;
+        }
         let floor = self.floor();
         let Some(rate) = self.rate else {
             // Unpaced until now: failures start pacing from the ceiling.
@@ -294,6 +310,24 @@ mod tests {
         assert_eq!(p.allowance(secs(30), 80.0), 0);
         p.closed();
         assert_eq!(p.allowance(secs(31), 80.0), usize::MAX);
+    }
+
+    #[test]
+    fn without_probes_late_answers_neither_release_while_open_nor_stall_after() {
+        let mut p = Pace::new(&PaceConfig {
+            probe_every: None,
+            ..cfg()
+        });
+        p.opened();
+        // Answers of releases made before the breaker opened arrive while
+        // it is open: good ones must not start releases, bad ones must not
+        // leave the domain stuck at 0 once it closes.
+        for t in 1..=20 {
+            p.outcome(if t < 10 { Answer::Ok } else { Answer::Failed });
+            assert_eq!(p.allowance(secs(t), 80.0), 0, "released while open at {t}");
+        }
+        p.closed();
+        assert_eq!(p.allowance(secs(21), 80.0), usize::MAX);
     }
 
     #[test]
