@@ -118,10 +118,12 @@ pub struct Sample {
     pub not_found: u32,
     /// Fleet-wide failing ratio across remedy instances (a PromQL result).
     pub external_ratio: Option<f64>,
-    /// The domain's releases fail again at `close_ratio` or more
-    /// (`decide`): held resources are quiet, not healthy, so calm alone
-    /// must not close it.
-    pub releases_failing: bool,
+    /// Share of the domain's last releases that failed again, and how
+    /// many failed (`decide::pace`). Held resources are quiet, not healthy:
+    /// at `close_ratio` or more the breaker does not close on calm, and at
+    /// `open_ratio` with `min_resources` failures it opens.
+    pub release_failure_share: Option<f64>,
+    pub release_failures: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,6 +133,8 @@ pub enum OpenCause {
     /// Many resources turned "not found" at once: credentials or a regional
     /// outage, not N broken machines.
     NotFound,
+    /// Released resources failed again: the outage is not over.
+    Releases,
 }
 
 impl OpenCause {
@@ -138,6 +142,7 @@ impl OpenCause {
         match self {
             Self::Ratio => "ratio",
             Self::NotFound => "not_found",
+            Self::Releases => "releases",
         }
     }
 }
@@ -278,8 +283,11 @@ impl OutageBreaker {
         let (ratio, nf_ratio) = self.ratios(sample.external_ratio);
         let open_by_not_found = not_found >= self.min_resources && now_not_found >= self.open_ratio;
         let open_by_ratio = ratio >= self.open_ratio && failing >= self.min_resources;
+        let released = sample.release_failure_share.unwrap_or(0.0);
+        let open_by_releases =
+            released >= self.open_ratio && sample.release_failures >= self.min_resources;
         let below =
-            ratio < self.close_ratio && nf_ratio < self.close_ratio && !sample.releases_failing;
+            ratio < self.close_ratio && nf_ratio < self.close_ratio && released < self.close_ratio;
 
         self.state = match self.state {
             BreakerState::Closed => {
@@ -287,6 +295,8 @@ impl OutageBreaker {
                     Some(OpenCause::NotFound)
                 } else if open_by_ratio {
                     Some(OpenCause::Ratio)
+                } else if open_by_releases {
+                    Some(OpenCause::Releases)
                 } else {
                     None
                 };
@@ -655,7 +665,7 @@ mod tests {
             failing: 0,
             not_found: 40,
             external_ratio: None,
-            releases_failing: false,
+            ..Sample::default()
         };
         assert_eq!(
             b.observe(secs(1), nf),
@@ -681,7 +691,7 @@ mod tests {
             failing: 0,
             not_found: 4,
             external_ratio: None,
-            releases_failing: false,
+            ..Sample::default()
         };
         assert_eq!(b.observe(secs(1), few), BreakerState::Closed);
         let spread = Sample {
@@ -689,9 +699,43 @@ mod tests {
             failing: 0,
             not_found: 50,
             external_ratio: None,
-            releases_failing: false,
+            ..Sample::default()
         };
         assert_eq!(b.observe(secs(2), spread), BreakerState::Closed);
+    }
+
+    #[test]
+    fn failed_releases_keep_it_open_and_reopen_it() {
+        let mut b = OutageBreaker::new(&cfg());
+        b.observe(secs(0), sample(100, 50));
+        assert!(b.is_open());
+        // Calm (everything failing is held), but the releases fail again:
+        // no cooling, however long.
+        let releases = |share, n| Sample {
+            release_failure_share: Some(share),
+            release_failures: n,
+            ..sample(100, 0)
+        };
+        for t in 1..100 {
+            b.observe(secs(t), releases(0.5, 2));
+        }
+        assert!(matches!(b.state(), BreakerState::Open { .. }));
+        // They succeed: it cools and closes.
+        for t in 100..200 {
+            b.observe(secs(t), releases(0.0, 0));
+        }
+        assert_eq!(b.state(), BreakerState::Closed);
+        // Closed, releases fail again: a few do not reopen it, enough do.
+        b.observe(secs(200), releases(1.0, 2));
+        assert_eq!(b.state(), BreakerState::Closed);
+        b.observe(secs(201), releases(1.0, 5));
+        assert_eq!(
+            b.state(),
+            BreakerState::Open {
+                since: secs(201),
+                cause: OpenCause::Releases
+            }
+        );
     }
 
     #[test]
@@ -934,7 +978,7 @@ mod tests {
             failing: 17,
             not_found: 0,
             external_ratio: None,
-            releases_failing: false,
+            ..Sample::default()
         };
         // Between close and open: a fresh breaker stays closed.
         assert_eq!(b.observe(at(1), mid), BreakerState::Closed);

@@ -412,19 +412,15 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 }
             }
         }
-        // A domain whose releases fail again more often than `close_ratio`
-        // stays open however calm it looks: its failing resources are held,
-        // not healthy, and the releases are the only calls that tell.
-        let close_ratio = core.cfg.breaker.close_ratio;
-        let failing_pace: Vec<Arc<str>> = core
-            .paces
-            .iter()
-            .filter(|(_, p)| p.failure_share().is_some_and(|f| f >= close_ratio))
-            .map(|(d, _)| d.clone())
-            .collect();
+        // What the domain's releases did: held resources are quiet, not
+        // healthy, so their answers keep a breaker open or reopen it.
         let mut samples = samples;
-        for d in failing_pace {
-            samples.entry(d).or_default().releases_failing = true;
+        for (d, pace) in &core.paces {
+            if let Some((share, failed)) = pace.failures() {
+                let s = samples.entry(d.clone()).or_default();
+                s.release_failure_share = Some(share);
+                s.release_failures = failed;
+            }
         }
         out.changed = core.breakers.observe(now, samples, ctx.external);
         for (domain, _, after) in &out.changed {

@@ -38,6 +38,8 @@ pub struct Pace {
     throttled: u32,
     /// Success share of the last full window that had outcomes.
     last_share: Option<f64>,
+    /// Releases that failed again in that window.
+    last_failed: u32,
     /// The domain's breaker is open.
     open: bool,
 }
@@ -54,15 +56,27 @@ impl Pace {
             failed: 0,
             throttled: 0,
             last_share: None,
+            last_failed: 0,
             open: false,
         }
     }
 
     /// The floor: one probe every `probe_every` (none without probes).
+    /// The slowest pace: one probe every `probe_every`. Without probes,
+    /// nothing while open, and one release a window while closed, so a run
+    /// of failures never stalls releases for good.
     fn floor(&self) -> f64 {
+        match self.probe_rate() {
+            Some(r) => r,
+            None if self.open => 0.0,
+            None => 1.0 / self.cfg.window.as_secs_f64().max(1.0),
+        }
+    }
+
+    fn probe_rate(&self) -> Option<f64> {
         match self.cfg.probe_every {
-            Some(d) if !d.is_zero() => 1.0 / d.as_secs_f64(),
-            _ => 0.0,
+            Some(d) if !d.is_zero() => Some(1.0 / d.as_secs_f64()),
+            _ => None,
         }
     }
 
@@ -76,7 +90,7 @@ impl Pace {
     /// Probing is off: an open domain releases nothing, whatever the
     /// answers of releases made before it opened say.
     fn frozen(&self) -> bool {
-        self.open && self.floor() == 0.0
+        self.open && self.probe_rate().is_none()
     }
 
     /// The domain's breaker closed. Without probes nothing was learnt
@@ -84,7 +98,7 @@ impl Pace {
     /// adaptive release. With probes the pace they built up goes on.
     pub fn closed(&mut self) {
         self.open = false;
-        if self.floor() == 0.0 {
+        if self.probe_rate().is_none() {
             self.rate = None;
             (self.ok, self.failed, self.throttled) = (0, 0, 0);
             self.last_share = None;
@@ -112,10 +126,10 @@ impl Pace {
         self.last_share.is_some_and(|s| s < self.cfg.min_success)
     }
 
-    /// Share of the last window's releases that failed again; `None` when
-    /// the last window had none.
-    pub fn failure_share(&self) -> Option<f64> {
-        self.last_share.map(|s| 1.0 - s)
+    /// Share of the last window's releases that failed again, and how many
+    /// did; `None` when the last window had none.
+    pub fn failures(&self) -> Option<(f64, u32)> {
+        self.last_share.map(|s| (1.0 - s, self.last_failed))
     }
 
     /// Advances the clock: closes a window (adjusting the rate) and accrues
@@ -160,6 +174,7 @@ impl Pace {
         let share = f64::from(self.ok) / f64::from(n);
         let throttled = self.throttled > 0;
         self.last_share = Some(share);
+        self.last_failed = self.failed;
         (self.ok, self.failed, self.throttled) = (0, 0, 0);
         if self.frozen() {
             return;
@@ -328,6 +343,20 @@ mod tests {
         }
         p.closed();
         assert_eq!(p.allowance(secs(21), 80.0), usize::MAX);
+    }
+
+    #[test]
+    fn without_probes_a_closed_domain_never_slows_below_one_release_a_window() {
+        let mut p = Pace::new(&PaceConfig {
+            probe_every: None,
+            ..cfg()
+        });
+        // Closed, and every release fails again for ten minutes.
+        drive(&mut p, 0, 600, |_| false);
+        assert_eq!(p.rate(), Some(0.2), "one release per 5 s window");
+        // The cloud is back: the pace climbs back to the budget.
+        drive(&mut p, 600, 120, |_| true);
+        assert_eq!(p.rate(), None);
     }
 
     #[test]

@@ -173,19 +173,23 @@ async fn an_outage_in_one_zone_holds_that_zone_and_the_other_is_released() {
         relapse_b_running < PER_ZONE,
         "zone b was done before zone a relapsed ({relapse_b_running}): nothing shown"
     );
-    assert_eq!(
-        breaker(&remedy, "zone-a").await,
-        Some(1.0),
-        "zone a stays open"
-    );
+    // Without probes zone a goes on relapsing (calm while held, closed,
+    // its releases fail and reopen it): it is held again, its breaker open,
+    // and none of it runs; zone b's breaker is closed.
     assert_eq!(breaker(&remedy, "zone-b").await, Some(0.0));
-    eventually(Duration::from_secs(30), "zone-a held again", || async {
-        (zones(&api).await.get("zone-a")?.0 == PER_ZONE).then_some(())
-    })
+    eventually(
+        Duration::from_secs(30),
+        "zone-a held again with only its breaker open",
+        || async {
+            let z = zones(&api).await;
+            let (held, running) = z.get("zone-a").copied()?;
+            let (_, status) = remedy.get("/status").await?;
+            let status: serde_json::Value = serde_json::from_str(&status).ok()?;
+            (held == PER_ZONE && running == 0 && status["open_domains"] == json!(["zone-a"]))
+                .then_some(())
+        },
+    )
     .await;
-    let (_, status) = remedy.get("/status").await.expect("status");
-    let status: serde_json::Value = serde_json::from_str(&status).expect("json");
-    assert_eq!(status["open_domains"], json!(["zone-a"]), "{status}");
     eprintln!(
         "domains: zone-b all running {b_done:?} after its cloud came back, {relapse_b_running} of \
          {PER_ZONE} when zone-a's breaker reopened, {while_a_open} came back while it was \
