@@ -25,6 +25,8 @@ pub enum SimError {
     },
     #[error("plot {path}: {message}")]
     Plot { path: String, message: String },
+    #[error("config {path}: {message}")]
+    Config { path: String, message: String },
 }
 
 impl SimError {
@@ -32,6 +34,7 @@ impl SimError {
         match self {
             Self::Invalid { .. } => "invalid",
             Self::Plot { .. } => "plot",
+            Self::Config { .. } => "config",
         }
     }
 
@@ -87,6 +90,9 @@ pub struct Scenario {
     pub detect_spread: Duration,
     /// Failure domains: resource `id` lives in zone `id % zones`.
     pub zones: u32,
+    /// remedy's config sections (`breaker`, `budget`, `backoff`) from a
+    /// daemon config file; `None`: [`RemedyParams::for_scenario`].
+    pub remedy: Option<RemedyParams>,
 }
 
 impl Scenario {
@@ -105,6 +111,7 @@ impl Scenario {
             resync: Duration::from_secs(600),
             detect_spread: Duration::from_secs(60),
             zones: if mode == Mode::Zones { 2 } else { 1 },
+            remedy: None,
         }
     }
 
@@ -170,6 +177,13 @@ impl Scenario {
     }
 }
 
+/// remedy's parameters: the config file's, or those fitted to the scenario.
+fn remedy_params(s: &Scenario) -> RemedyParams {
+    s.remedy
+        .clone()
+        .unwrap_or_else(|| RemedyParams::for_scenario(s))
+}
+
 /// All six policies, in table order; a zoned fleet adds remedy with one
 /// breaker for the whole fleet, for comparison.
 pub fn all(s: &Scenario) -> Vec<Box<dyn Policy>> {
@@ -179,10 +193,10 @@ pub fn all(s: &Scenario) -> Vec<Box<dyn Policy>> {
         Box::new(policy::Brupop::default()),
         Box::new(policy::AwsStandardRetry::new(s.resources, s.controllers)),
         Box::new(policy::SreAdaptive::new(s.controllers)),
-        Box::new(Remedy::new(RemedyParams::for_scenario(s), s)),
+        Box::new(Remedy::new(remedy_params(s), s)),
     ];
     if s.zones > 1 {
-        let one = RemedyParams::for_scenario(s).one_breaker();
+        let one = remedy_params(s).one_breaker();
         all.push(Box::new(Remedy::new(one, s).named("remedy, one breaker")));
     }
     all
@@ -328,9 +342,26 @@ pub struct SimArgs {
     /// as SVG; with several modes, the mode goes before the extension.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<std::path::PathBuf>,
+    /// Run remedy with the `breaker`, `budget` and `backoff` sections of
+    /// this daemon config file instead of parameters fitted to the
+    /// scenario: what your config would do in this outage.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
 }
 
 impl SimArgs {
+    /// The remedy parameters of `--config`, if given.
+    pub fn remedy(&self) -> Result<Option<RemedyParams>, SimError> {
+        let Some(path) = &self.config else {
+            return Ok(None);
+        };
+        let v = crate::config::Config::load(path).map_err(|e| SimError::Config {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(Some(RemedyParams::from_config(&v.config)))
+    }
+
     pub fn scenarios(&self) -> Vec<Scenario> {
         let modes: &[Mode] = match self.mode {
             ModeArg::Correlated => &[Mode::Correlated],
@@ -405,7 +436,22 @@ fn plot_path(base: &std::path::Path, mode: Mode, several: bool) -> std::path::Pa
 /// `remedy simulate`: the tables, one per mode (and the plots).
 pub fn run_cli(args: &SimArgs) -> Result<String, SimError> {
     let mut out = String::new();
-    let scenarios = args.scenarios();
+    let remedy = args.remedy()?;
+    let scenarios: Vec<Scenario> = args
+        .scenarios()
+        .into_iter()
+        .map(|s| Scenario {
+            remedy: remedy.clone(),
+            ..s
+        })
+        .collect();
+    if let Some(path) = &args.config {
+        let _ = writeln!(
+            out,
+            "remedy runs with breaker, budget and backoff from {}",
+            path.display()
+        );
+    }
     for (i, s) in scenarios.iter().enumerate() {
         if i > 0 {
             out.push('\n');

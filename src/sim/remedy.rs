@@ -76,6 +76,17 @@ impl RemedyParams {
         }
     }
 
+    /// The daemon's own sections of a config file.
+    pub fn from_config(c: &crate::config::Config) -> Self {
+        Self {
+            core: CoreConfig {
+                breaker: c.breaker.clone(),
+                budget: c.budget.clone(),
+            },
+            backoff: c.backoff.clone(),
+        }
+    }
+
     /// One breaker for the whole fleet, as before failure domains.
     pub fn one_breaker(mut self) -> Self {
         self.core.breaker.domain = DomainBy::Cluster;

@@ -169,6 +169,71 @@ fn a_plot_is_written_per_mode_and_a_bad_path_is_a_clear_error() {
 }
 
 #[test]
+fn a_daemon_config_file_drives_the_remedy_row() {
+    let dir = std::env::temp_dir().join(format!("remedy-sim-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("remedy.yaml");
+    // A budget of 1 release/s: 1,200 held resources take 20 minutes.
+    std::fs::write(
+        &file,
+        "budget: {refill_per_second: 1, burst: 1}\n\
+         backoff: {base: 1s, cap: 5m, jitter: 0, quiet_window: 1h}\n\
+         breaker: {open_ratio: 0.3, close_ratio: 0.1, min_resources: 5, window: 10s, cooldown: 20s, \
+         release: {probe_every: 2s, window: 2s, step: 2, min_success: 0.2}}\n",
+    )
+    .unwrap();
+    let args = |config: &str| {
+        Cli::parse_from([
+            "sim",
+            "--resources",
+            "2000",
+            "--controllers",
+            "10",
+            "--api-limit",
+            "20",
+            "--outage",
+            "15m",
+            "--after",
+            "1h",
+            "--mode",
+            "correlated",
+            "--config",
+            config,
+        ])
+        .args
+    };
+    let a = args(file.to_str().unwrap());
+    let params = a.remedy().unwrap().expect("from the file");
+    assert_eq!(params.core.budget.refill_per_second, 1.0);
+    assert_eq!(
+        params.core.breaker.release.probe_every,
+        Some(Duration::from_secs(2))
+    );
+    let out = run_cli(&a).unwrap();
+    assert!(
+        out.starts_with("remedy runs with breaker, budget and backoff from"),
+        "{out}"
+    );
+    let s = Scenario {
+        remedy: Some(params),
+        ..reduced(Mode::Correlated)
+    };
+    let slow = by_name(&run(&s).unwrap(), "remedy").clone();
+    let fitted = by_name(&run(&reduced(Mode::Correlated)).unwrap(), "remedy").clone();
+    let (slow_t, fitted_t) = (slow.t100_ms.unwrap_or(u64::MAX), fitted.t100_ms.unwrap());
+    assert!(
+        slow_t > 10 * fitted_t,
+        "1/s budget {slow_t} ms vs fitted {fitted_t} ms"
+    );
+    let bad = run_cli(&args("/nonexistent/remedy.yaml")).unwrap_err();
+    assert_eq!(bad.label(), "config");
+    std::fs::write(&file, "budget: {refill_per_second: -1}\n").unwrap();
+    let bad = run_cli(&args(file.to_str().unwrap())).unwrap_err();
+    assert!(bad.to_string().contains("budget"), "{bad}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn results_are_deterministic_for_a_seed() {
     for mode in [Mode::Correlated, Mode::Random] {
         let s = reduced(mode);
