@@ -126,6 +126,17 @@ pub struct Sample {
     pub release_failures: u32,
 }
 
+impl Sample {
+    /// `failing` of `total` resources in a transient failure, nothing else.
+    pub fn failing(total: u32, failing: u32) -> Self {
+        Self {
+            total,
+            failing,
+            ..Self::default()
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenCause {
     /// The transient-failure ratio crossed `open_ratio`.
@@ -520,14 +531,6 @@ mod tests {
         }
     }
 
-    fn sample(total: u32, failing: u32) -> Sample {
-        Sample {
-            total,
-            failing,
-            ..Sample::default()
-        }
-    }
-
     #[test]
     fn bucket_starts_full_refills_and_caps_at_burst() {
         let mut b = TokenBucket::new(2.0, 3);
@@ -591,11 +594,17 @@ mod tests {
     fn breaker_opens_on_ratio_and_needs_min_resources() {
         let mut small = OutageBreaker::new(&cfg());
         // 4 of 4 failing: ratio 1 but fewer than min_resources.
-        assert_eq!(small.observe(secs(1), sample(4, 4)), BreakerState::Closed);
-        let mut b = OutageBreaker::new(&cfg());
-        assert_eq!(b.observe(secs(1), sample(100, 20)), BreakerState::Closed);
         assert_eq!(
-            b.observe(secs(2), sample(100, 50)),
+            small.observe(secs(1), Sample::failing(4, 4)),
+            BreakerState::Closed
+        );
+        let mut b = OutageBreaker::new(&cfg());
+        assert_eq!(
+            b.observe(secs(1), Sample::failing(100, 20)),
+            BreakerState::Closed
+        );
+        assert_eq!(
+            b.observe(secs(2), Sample::failing(100, 50)),
             BreakerState::Open {
                 since: secs(2),
                 cause: OpenCause::Ratio
@@ -608,16 +617,19 @@ mod tests {
     fn breaker_averages_over_the_window() {
         let mut b = OutageBreaker::new(&cfg());
         // 0.0 and 0.5 average to 0.25 < 0.3: still closed.
-        b.observe(secs(1), sample(100, 0));
-        assert_eq!(b.observe(secs(2), sample(100, 50)), BreakerState::Closed);
+        b.observe(secs(1), Sample::failing(100, 0));
+        assert_eq!(
+            b.observe(secs(2), Sample::failing(100, 50)),
+            BreakerState::Closed
+        );
         // Once the 0.0 sample leaves the 10 s window, 0.5 alone opens it.
-        assert!(b.observe(secs(11), sample(100, 50)).is_open());
+        assert!(b.observe(secs(11), Sample::failing(100, 50)).is_open());
     }
 
     #[test]
     fn breaker_uses_valid_external_ratio_and_ignores_garbage() {
         let mut b = OutageBreaker::new(&cfg());
-        let mut s = sample(100, 10);
+        let mut s = Sample::failing(100, 10);
         for bad in [f64::NAN, f64::INFINITY, -0.5, 1.5] {
             s.external_ratio = Some(bad);
             assert_eq!(b.observe(secs(1), s), BreakerState::Closed, "{bad}");
@@ -629,20 +641,20 @@ mod tests {
     #[test]
     fn breaker_hysteresis_and_cooldown() {
         let mut b = OutageBreaker::new(&cfg());
-        assert!(b.observe(secs(0), sample(100, 60)).is_open());
+        assert!(b.observe(secs(0), Sample::failing(100, 60)).is_open());
         // Between close and open ratio: stays open (hysteresis).
         assert!(matches!(
-            b.observe(secs(20), sample(100, 20)),
+            b.observe(secs(20), Sample::failing(100, 20)),
             BreakerState::Open { .. }
         ));
         // Below close: cooling, still open for holding purposes.
-        let s = b.observe(secs(40), sample(100, 0));
+        let s = b.observe(secs(40), Sample::failing(100, 0));
         assert_eq!(s, BreakerState::Cooling { since: secs(40) });
         assert!(s.is_open());
-        assert!(b.observe(secs(69), sample(100, 0)).is_open());
+        assert!(b.observe(secs(69), Sample::failing(100, 0)).is_open());
         // A relapse during cooling reopens with the original since/cause…
         assert_eq!(
-            b.observe(secs(70), sample(100, 50)),
+            b.observe(secs(70), Sample::failing(100, 50)),
             BreakerState::Open {
                 since: secs(0),
                 cause: OpenCause::Ratio
@@ -650,11 +662,14 @@ mod tests {
         );
         // …and the cooldown restarts once below again (window must clear).
         assert!(matches!(
-            b.observe(secs(85), sample(100, 0)),
+            b.observe(secs(85), Sample::failing(100, 0)),
             BreakerState::Cooling { since } if since == secs(85)
         ));
-        assert!(b.observe(secs(114), sample(100, 0)).is_open());
-        assert_eq!(b.observe(secs(115), sample(100, 0)), BreakerState::Closed);
+        assert!(b.observe(secs(114), Sample::failing(100, 0)).is_open());
+        assert_eq!(
+            b.observe(secs(115), Sample::failing(100, 0)),
+            BreakerState::Closed
+        );
     }
 
     #[test]
@@ -677,10 +692,13 @@ mod tests {
         // The failing ratio is zero, but not-found persists: stays open.
         assert!(matches!(b.observe(secs(30), nf), BreakerState::Open { .. }));
         assert!(matches!(
-            b.observe(secs(50), sample(100, 0)),
+            b.observe(secs(50), Sample::failing(100, 0)),
             BreakerState::Cooling { .. }
         ));
-        assert_eq!(b.observe(secs(80), sample(100, 0)), BreakerState::Closed);
+        assert_eq!(
+            b.observe(secs(80), Sample::failing(100, 0)),
+            BreakerState::Closed
+        );
     }
 
     #[test]
@@ -707,14 +725,14 @@ mod tests {
     #[test]
     fn failed_releases_keep_it_open_and_reopen_it() {
         let mut b = OutageBreaker::new(&cfg());
-        b.observe(secs(0), sample(100, 50));
+        b.observe(secs(0), Sample::failing(100, 50));
         assert!(b.is_open());
         // Calm (everything failing is held), but the releases fail again:
         // no cooling, however long.
         let releases = |share, n| Sample {
             release_failure_share: Some(share),
             release_failures: n,
-            ..sample(100, 0)
+            ..Sample::failing(100, 0)
         };
         for t in 1..100 {
             b.observe(secs(t), releases(0.5, 2));
@@ -741,12 +759,15 @@ mod tests {
     #[test]
     fn breaker_time_going_backwards_does_not_shorten_cooldown() {
         let mut b = OutageBreaker::new(&cfg());
-        b.observe(secs(100), sample(100, 60));
-        b.observe(secs(120), sample(100, 0));
+        b.observe(secs(100), Sample::failing(100, 60));
+        b.observe(secs(120), Sample::failing(100, 0));
         // The clock jumps back: counted as "still 120 s", so not yet closed.
-        assert!(b.observe(secs(10), sample(100, 0)).is_open());
-        assert!(b.observe(secs(149), sample(100, 0)).is_open());
-        assert_eq!(b.observe(secs(150), sample(100, 0)), BreakerState::Closed);
+        assert!(b.observe(secs(10), Sample::failing(100, 0)).is_open());
+        assert!(b.observe(secs(149), Sample::failing(100, 0)).is_open());
+        assert_eq!(
+            b.observe(secs(150), Sample::failing(100, 0)),
+            BreakerState::Closed
+        );
     }
 
     #[test]
@@ -896,7 +917,7 @@ mod tests {
                 if avg >= c.close_ratio {
                     last_hot = Some(now);
                 }
-                let s = b.observe(now, sample(100, failing));
+                let s = b.observe(now, Sample::failing(100, failing));
                 if was_open && s == BreakerState::Closed {
                     let hot = last_hot.unwrap_or(Duration::ZERO);
                     prop_assert!(now.saturating_sub(hot) >= c.cooldown,

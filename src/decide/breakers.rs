@@ -139,14 +139,6 @@ mod tests {
         (ResourceKey::new("Machine", "ns", name), view)
     }
 
-    fn sample(total: u32, failing: u32) -> Sample {
-        Sample {
-            total,
-            failing,
-            ..Sample::default()
-        }
-    }
-
     #[test]
     fn an_outage_in_one_zone_opens_that_zone_only() {
         let mut b = Breakers::new(
@@ -160,7 +152,10 @@ mod tests {
         let t = Duration::from_secs(10);
         // zone-b has two failing of ten: below open_ratio by itself, and the
         // fleet-wide external ratio (1.0) says nothing about zone-b.
-        let samples = BTreeMap::from([(a.clone(), sample(4, 4)), (z.clone(), sample(10, 2))]);
+        let samples = BTreeMap::from([
+            (a.clone(), Sample::failing(4, 4)),
+            (z.clone(), Sample::failing(10, 2)),
+        ]);
         let changed = b.observe(t, samples, Some(1.0));
         assert_eq!(changed.len(), 1);
         assert!(b.is_open("zone-a") && !b.is_open("zone-b"));
@@ -199,7 +194,7 @@ mod tests {
         let mut b = Breakers::new(&cfg(), DomainBy::Cluster);
         let (k, v) = zoned("a", Some("zone-a"));
         assert_eq!(&*b.slot(&k, &v), CLUSTER);
-        let samples = BTreeMap::from([(Arc::from(CLUSTER), sample(10, 2))]);
+        let samples = BTreeMap::from([(Arc::from(CLUSTER), Sample::failing(10, 2))]);
         b.observe(Duration::from_secs(1), samples, Some(0.9));
         assert!(b.is_open(CLUSTER), "the external ratio counts here");
         assert_eq!(DomainBy::Kind.of(&k, &v), "Machine");
