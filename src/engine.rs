@@ -104,10 +104,7 @@ impl Engine {
             dry_run: cfg.dry_run,
             origin: Instant::now(),
             state: Mutex::new(State {
-                core: Core::new(CoreConfig {
-                    breaker: cfg.breaker.clone(),
-                    budget: cfg.budget.clone(),
-                }),
+                core: Core::new(CoreConfig::from_config(cfg)),
                 episodes: Book::default(),
                 planned_at_rv: HashMap::new(),
                 report: StatusReport::default(),

@@ -164,6 +164,15 @@ pub struct CoreConfig {
 }
 
 impl CoreConfig {
+    /// The daemon config's sections the core runs with: the engine and
+    /// `remedy simulate --config` both build it here.
+    pub fn from_config(c: &crate::config::Config) -> Self {
+        Self {
+            breaker: c.breaker.clone(),
+            budget: c.budget.clone(),
+        }
+    }
+
     /// Releases per tick: at most the bucket's burst.
     fn max_per_tick(&self) -> usize {
         usize::try_from(self.budget.burst).unwrap_or(usize::MAX)
@@ -462,9 +471,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             &cands,
             |k| {
                 let d = actions.get(k).map(|(_, d)| d.as_ref()).unwrap_or("");
-                allow
-                    .get(d)
-                    .map_or((0, 0, true), |&(i, n, open)| (i, n, open))
+                allow.get(d).copied().unwrap_or((0, 0, true))
             },
             &mut core.bucket,
             now,

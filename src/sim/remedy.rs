@@ -79,10 +79,7 @@ impl RemedyParams {
     /// The daemon's own sections of a config file.
     pub fn from_config(c: &crate::config::Config) -> Self {
         Self {
-            core: CoreConfig {
-                breaker: c.breaker.clone(),
-                budget: c.budget.clone(),
-            },
+            core: CoreConfig::from_config(c),
             backoff: c.backoff.clone(),
         }
     }
