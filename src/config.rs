@@ -107,7 +107,8 @@ pub struct BreakerConfig {
 pub struct PaceConfig {
     /// While a domain's breaker is open, release one held resource this
     /// often to learn whether its cloud is back; its next state is the
-    /// answer. Unset: nothing is released until the breaker closes on calm.
+    /// answer. While probes fail they come further apart, up to 8 times
+    /// this. Unset: nothing is released until the breaker closes on calm.
     #[serde(
         default,
         with = "humantime_serde",

@@ -3,8 +3,12 @@
 //! acknowledgement. Mostly successful releases double the pace (slow start),
 //! a cloud that answers at least `min_success` of them still gets an
 //! additive increase, and below that the pace halves down to the floor.
-//! A cloud answering 40% of calls keeps getting budgeted retries; a dead
-//! zone gets one probe every `probe_every`. Pure; time is passed in.
+//! A throttled window halves it too and caps slow start at that pace from
+//! then on (TCP's ssthresh), so the pace saws below the quota it found
+//! instead of doubling past it again. A cloud answering 40% of calls keeps
+//! getting budgeted retries; a dead zone gets probes ever further apart,
+//! from one every `probe_every` to one every 8 × that. Pure; time is
+//! passed in.
 
 use crate::config::PaceConfig;
 use std::time::Duration;
@@ -12,6 +16,15 @@ use std::time::Duration;
 /// Success share at or above which the pace doubles instead of growing by
 /// one step: the cloud answers nearly everything.
 const SLOW_START: f64 = 0.9;
+
+/// Failed probes double the interval between them, up to 2^3 = 8 times
+/// `probe_every`: a dead zone costs few provider retries, and a zone that
+/// is back waits at most that long for its next probe.
+const MAX_PROBE_DOUBLINGS: u32 = 3;
+
+/// Windows without a single release after which a closed domain's pace
+/// is forgotten.
+const IDLE_WINDOWS: u32 = 30;
 
 /// What a released resource's next fresh state said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +55,15 @@ pub struct Pace {
     last_failed: u32,
     /// The domain's breaker is open.
     open: bool,
+    /// Windows in a row, while open, whose probes all failed.
+    misses: u32,
+    /// Half the pace at the last throttled window: slow start stops
+    /// here and the pace grows by `step` above it (TCP's ssthresh).
+    threshold: Option<f64>,
+    /// When the last window with answers ended.
+    answered: Option<Duration>,
+    /// Windows in a row without answers.
+    idle: u32,
 }
 
 impl Pace {
@@ -58,6 +80,10 @@ impl Pace {
             last_share: None,
             last_failed: 0,
             open: false,
+            misses: 0,
+            threshold: None,
+            answered: None,
+            idle: 0,
         }
     }
 
@@ -74,7 +100,10 @@ impl Pace {
 
     fn probe_rate(&self) -> Option<f64> {
         match self.cfg.probe_every {
-            Some(d) if !d.is_zero() => Some(1.0 / d.as_secs_f64()),
+            Some(d) if !d.is_zero() => {
+                let backoff = f64::from(1u32 << self.misses.min(MAX_PROBE_DOUBLINGS));
+                Some(1.0 / (d.as_secs_f64() * backoff))
+            }
             _ => None,
         }
     }
@@ -97,6 +126,7 @@ impl Pace {
     /// adaptive release. With probes the pace they built up goes on.
     pub fn closed(&mut self) {
         self.open = false;
+        self.misses = 0;
         if self.probe_rate().is_none() {
             self.rate = None;
             (self.ok, self.failed, self.throttled) = (0, 0, 0);
@@ -132,7 +162,7 @@ impl Pace {
     pub fn allowance(&mut self, now: Duration, ceiling: f64) -> usize {
         let start = *self.window_start.get_or_insert(now);
         if now.saturating_sub(start) >= self.cfg.window {
-            self.end_window(ceiling);
+            self.end_window(now, ceiling);
             self.window_start = Some(now);
         }
         let dt = self
@@ -158,17 +188,43 @@ impl Pace {
         }
     }
 
-    fn end_window(&mut self, ceiling: f64) {
+    fn end_window(&mut self, now: Duration, ceiling: f64) {
         let n = self.ok + self.failed;
         if n == 0 {
-            // Nothing released: no evidence either way any more.
-            self.last_share = None;
+            // Nothing released: no evidence either way any more. While
+            // open, the last probe's answer stands until the next probe is
+            // overdue (there is nothing held left to probe).
+            let standing = self.probe_rate().is_some_and(|r| {
+                self.open
+                    && self.answered.is_some_and(|at| {
+                        now.saturating_sub(at).as_secs_f64()
+                            <= 2.0 / r + self.cfg.window.as_secs_f64()
+                    })
+            });
+            if !standing {
+                self.last_share = None;
+            }
+            // Closed and long idle: what the pace learnt is stale, the
+            // next releases start unpaced (and are paced again if they
+            // fail).
+            self.idle = self.idle.saturating_add(1);
+            if !self.open && self.idle >= IDLE_WINDOWS {
+                self.rate = None;
+                self.threshold = None;
+            }
             return;
         }
+        self.idle = 0;
+        self.answered = Some(now);
         let share = f64::from(self.ok) / f64::from(n);
         let throttled = self.throttled > 0;
         self.last_share = Some(share);
         self.last_failed = self.failed;
+        if self.open && self.ok == 0 && !throttled {
+            self.misses = self.misses.saturating_add(1);
+        } else if self.ok > 0 {
+            self.misses = 0;
+        }
         (self.ok, self.failed, self.throttled) = (0, 0, 0);
         if self.frozen() {
             return;
@@ -179,13 +235,18 @@ impl Pace {
             if share < self.cfg.min_success || throttled {
                 self.rate = Some((ceiling * 0.5).max(floor));
             }
+            if throttled {
+                self.threshold = self.rate;
+            }
             return;
         };
         // Throttled releases mean the pace is over the cloud's quota,
         // whatever share succeeded: back off, as TCP does on loss.
+        let slow_start = self.threshold.is_none_or(|t| rate < t);
         let next = if throttled {
+            self.threshold = Some((rate * 0.5).max(floor));
             rate * 0.5
-        } else if share >= SLOW_START {
+        } else if share >= SLOW_START && slow_start {
             (rate * 2.0).max(rate + self.cfg.step)
         } else if share >= self.cfg.min_success {
             rate + self.cfg.step
@@ -253,11 +314,27 @@ mod tests {
         assert_eq!(p.allowance(secs(0), 80.0), usize::MAX);
         p.opened();
         assert_eq!(p.rate(), Some(0.5));
-        // A dead cloud: every probe fails, the pace stays at the floor.
+        // A dead cloud: every probe fails, and they come further apart,
+        // down to one every 8 × probe_every.
         let n = drive(&mut p, 1, 60, |_| false);
-        assert!((29..=31).contains(&n), "{n} probes in 60 s");
+        assert!((4..=7).contains(&n), "{n} probes in 60 s");
         assert!(mostly_failing(&p));
-        assert_eq!(p.rate(), Some(0.5));
+        assert_eq!(p.rate(), Some(0.5 / 8.0));
+        // No more probes for a while (nothing left held, say): the last
+        // answer stands for two probe intervals, then nothing is known.
+        for t in 61..=90 {
+            p.allowance(secs(t), 80.0);
+        }
+        assert!(mostly_failing(&p), "the last probe still stands");
+        for t in 91..=120 {
+            p.allowance(secs(t), 80.0);
+        }
+        assert_eq!(p.failures(), None);
+        // One probe succeeds: the interval is back to probe_every.
+        p.outcome(Answer::Ok);
+        p.allowance(secs(125), 80.0);
+        assert_eq!(p.failures(), Some((0.0, 0)));
+        assert!(p.rate().unwrap() >= 0.5, "{:?}", p.rate());
     }
 
     #[test]
@@ -306,9 +383,23 @@ mod tests {
         }
         let r = p.rate().unwrap();
         assert!(r <= 10.0, "rate {r}");
-        // The 429s stop: the pace climbs back.
-        drive(&mut p, 81, 40, |_| true);
-        assert_eq!(p.rate(), None);
+        // The 429s stop: no more slow start up to the quota just found,
+        // the pace climbs back by `step` a window, to the budget.
+        drive(&mut p, 81, 10, |_| true);
+        let r = p.rate().unwrap();
+        let n = drive(&mut p, 91, 5, |_| true);
+        assert_eq!(p.rate(), Some(r + 1.0), "{n} released");
+        let secs_back = (96..2000u64)
+            .step_by(5)
+            .find(|t| {
+                drive(&mut p, *t, 5, |_| true);
+                p.rate().is_none()
+            })
+            .unwrap();
+        assert!(
+            (380..=460).contains(&secs_back),
+            "back at the budget at {secs_back} s"
+        );
     }
 
     #[test]
@@ -357,6 +448,29 @@ mod tests {
         assert_eq!(p.rate(), Some(0.2), "one release per 5 s window");
         // The cloud is back: the pace climbs back to the budget.
         drive(&mut p, 600, 120, |_| true);
+        assert_eq!(p.rate(), None);
+    }
+
+    #[test]
+    fn a_closed_domain_idle_for_30_windows_forgets_its_pace() {
+        let mut p = Pace::new(&cfg());
+        for t in 0..20 {
+            let n = p.allowance(secs(t), 80.0).min(80);
+            p.spend(n);
+            (0..n).for_each(|_| p.outcome(Answer::Throttled));
+        }
+        assert!(p.rate().is_some(), "paced by the 429s");
+        // Nothing released: 29 empty windows keep the pace, the 30th
+        // forgets it.
+        p.allowance(secs(20), 80.0);
+        let after = |p: &mut Pace, windows: u64| {
+            for w in 1..=windows {
+                p.allowance(secs(20 + 5 * w), 80.0);
+            }
+        };
+        after(&mut p, 29);
+        assert!(p.rate().is_some());
+        p.allowance(secs(20 + 5 * 30), 80.0);
         assert_eq!(p.rate(), None);
     }
 

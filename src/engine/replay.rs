@@ -85,7 +85,7 @@ async fn the_engine_replays_a_simulator_run_with_the_same_decisions() {
 
     let mut last: Vec<Option<Value>> = vec![None; s.resources as usize];
     let mut rv = 0u64;
-    let (mut holds, mut releases, mut probes) = (0, 0, 0);
+    let (mut holds, mut releases, mut probes, mut closes) = (0, 0, 0, 0);
     for rec in sim.trace() {
         let watched: BTreeMap<u32, &SimFact> = rec.facts.iter().map(|(id, f)| (*id, f)).collect();
         for id in 0..s.resources {
@@ -156,10 +156,19 @@ async fn the_engine_replays_a_simulator_run_with_the_same_decisions() {
             .collect();
         assert_eq!(got_waiting, want_waiting, "waiting at {} ms", rec.now);
         holds += want_holds.len();
+        // A release from a domain whose breaker is open is a probe (or
+        // paced by what the probes found).
+        probes += want_releases
+            .iter()
+            .filter(|id| engine_state_open(&engine, &zone_name(s.zone_of(**id))))
+            .count();
         releases += want_releases.len();
-        if report.breaker_open {
-            probes += want_releases.len();
-        }
+        closes += rec
+            .decisions
+            .changed
+            .iter()
+            .filter(|(_, _, after)| !after.is_open())
+            .count();
         let sim_open: Vec<String> = rec
             .decisions
             .changed
@@ -174,11 +183,20 @@ async fn the_engine_replays_a_simulator_run_with_the_same_decisions() {
             );
         }
     }
-    // The run exercised what matters: holds in both zones, probes while a
-    // breaker was open, and releases after.
+    // The run exercised what matters: holds in both zones, releases while
+    // a domain's breaker was open, and both breakers closing again.
     assert!(holds >= 20, "{holds} holds");
-    assert!(probes > 0, "{probes} releases while open");
-    assert!(releases > probes, "{releases} releases");
+    assert!(
+        probes > 0 && releases >= 20,
+        "{probes} of {releases} releases while open"
+    );
+    assert!(closes >= 2, "{closes} breakers closed");
+    for z in 0..2 {
+        assert!(
+            !engine_state_open(&engine, &zone_name(z)),
+            "zone {z} open at the end"
+        );
+    }
 }
 
 fn engine_state_open(e: &Engine, domain: &str) -> bool {

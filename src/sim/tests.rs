@@ -29,7 +29,7 @@ fn assert_correlated(s: &Scenario) {
     let remedy = by_name(&reports, "remedy");
     let client_go = by_name(&reports, "client-go default");
     assert!(
-        remedy.calls_outage * 5 <= client_go.calls_outage,
+        remedy.calls_outage * 8 <= client_go.calls_outage,
         "remedy {} calls vs client-go {}",
         remedy.calls_outage,
         client_go.calls_outage
@@ -62,7 +62,14 @@ fn assert_random(s: &Scenario) {
         client_go.failing_at_end
     );
     assert!(remedy.calls_outage < client_go.calls_outage);
-    assert!(remedy.above_limit < client_go.above_limit);
+    // The pace remembers where the 429s began and saws below it instead
+    // of doubling past it again.
+    assert!(
+        remedy.above_limit * 8 <= client_go.above_limit,
+        "{} calls above the limit vs client-go {}",
+        remedy.above_limit,
+        client_go.above_limit
+    );
     assert!(remedy.t100_ms.is_some(), "remedy recovers everyone");
 }
 
