@@ -60,8 +60,6 @@ pub struct Pace {
     /// Half the pace at the last throttled window: slow start stops
     /// here and the pace grows by `step` above it (TCP's ssthresh).
     threshold: Option<f64>,
-    /// When the last window with answers ended.
-    answered: Option<Duration>,
     /// Windows in a row without answers.
     idle: u32,
 }
@@ -82,7 +80,6 @@ impl Pace {
             open: false,
             misses: 0,
             threshold: None,
-            answered: None,
             idle: 0,
         }
     }
@@ -162,7 +159,7 @@ impl Pace {
     pub fn allowance(&mut self, now: Duration, ceiling: f64) -> usize {
         let start = *self.window_start.get_or_insert(now);
         if now.saturating_sub(start) >= self.cfg.window {
-            self.end_window(now, ceiling);
+            self.end_window(ceiling);
             self.window_start = Some(now);
         }
         let dt = self
@@ -188,19 +185,15 @@ impl Pace {
         }
     }
 
-    fn end_window(&mut self, now: Duration, ceiling: f64) {
+    fn end_window(&mut self, ceiling: f64) {
         let n = self.ok + self.failed;
         if n == 0 {
             // Nothing released: no evidence either way any more. While
             // open, the last probe's answer stands until the next probe is
-            // overdue (there is nothing held left to probe).
-            let standing = self.probe_rate().is_some_and(|r| {
-                self.open
-                    && self.answered.is_some_and(|at| {
-                        now.saturating_sub(at).as_secs_f64()
-                            <= 2.0 / r + self.cfg.window.as_secs_f64()
-                    })
-            });
+            // overdue, two intervals on (there is nothing held left to
+            // probe).
+            let quiet = f64::from(self.idle) * self.cfg.window.as_secs_f64();
+            let standing = self.open && self.probe_rate().is_some_and(|r| quiet <= 2.0 / r);
             if !standing {
                 self.last_share = None;
             }
@@ -215,7 +208,6 @@ impl Pace {
             return;
         }
         self.idle = 0;
-        self.answered = Some(now);
         let share = f64::from(self.ok) / f64::from(n);
         let throttled = self.throttled > 0;
         self.last_share = Some(share);
@@ -463,12 +455,9 @@ mod tests {
         // Nothing released: 29 empty windows keep the pace, the 30th
         // forgets it.
         p.allowance(secs(20), 80.0);
-        let after = |p: &mut Pace, windows: u64| {
-            for w in 1..=windows {
-                p.allowance(secs(20 + 5 * w), 80.0);
-            }
-        };
-        after(&mut p, 29);
+        for w in 1..=29 {
+            p.allowance(secs(20 + 5 * w), 80.0);
+        }
         assert!(p.rate().is_some());
         p.allowance(secs(20 + 5 * 30), 80.0);
         assert_eq!(p.rate(), None);
