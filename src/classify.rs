@@ -158,6 +158,17 @@ pub fn default_rules() -> Vec<RuleSpec> {
             NotFound,
             r"(?i)authentication failed|unable to re-authenticate|request forbidden|got 40[13] instead|StatusCode: 40[13]\b|RESPONSE 40[13]\b|AuthFailure|UnauthorizedOperation|AuthorizationFailed|InvalidClientTokenId|InvalidAccessKeyId|UnrecognizedClientException|NoCredentialProviders|InvalidAuthenticationToken",
         ),
+        // CAPA v2.13 replaces any DescribeInstances error by this one
+        // wording (ErrDescribeInstance; the SDK error goes to an Event), so
+        // a throttled or unreachable EC2 API looks the same: the cloud API
+        // failing, not the machine. Before `not_found`, since CAPA files it
+        // under reason `InstanceNotFound`; after `credentials`, whose
+        // wordings CAPA keeps when it queries by tags.
+        r(
+            "describe_failed",
+            Transient,
+            r"(?i)failed to describe instance by id",
+        ),
         // The provider saw the instance itself broken (CAPO/CAPA copy this
         // into the Machine's failureMessage): terminal for that resource.
         // CAPO v0.11+ formats the state pointer ("instance state 0xc000... is
@@ -232,13 +243,13 @@ impl Classifier {
         }
         if failure.has_failure() {
             return self
-                .match_rules(failure, true)
+                .match_rules(failure, true, &profile.unknown_conditions)
                 .unwrap_or(Verdict::Transient {
                     // Unknown failures are retried, never given up on.
                     reason: "unmatched".into(),
                 });
         }
-        if let Some(v) = self.match_rules(failure, false) {
+        if let Some(v) = self.match_rules(failure, false, &profile.unknown_conditions) {
             return v;
         }
         // remedy's own counter (kinds without a native one) records past
@@ -252,30 +263,40 @@ impl Classifier {
     }
 
     /// With `with_failure` false only conditions are looked at (a failing
-    /// condition without failure fields, as in CAPI v1beta2).
-    fn match_rules(&self, failure: &FailureText, with_failure: bool) -> Option<Verdict> {
+    /// condition without failure fields, as in CAPI v1beta2). `Unknown`
+    /// conditions of the profile's `unknown_conditions` types are read by
+    /// every rule but the terminal ones: unknown is never terminal.
+    fn match_rules(
+        &self,
+        failure: &FailureText,
+        with_failure: bool,
+        unknown_types: &[String],
+    ) -> Option<Verdict> {
         let mut texts: Vec<&str> = Vec::new();
         if with_failure {
             texts.extend(failure.reason.as_deref());
             texts.extend(failure.message.as_deref());
         }
-        for c in failure
-            .conditions
-            .iter()
-            .filter(|c| c.status.as_ref() == "False")
-        {
-            texts.extend(c.reason.as_deref());
-            texts.extend(c.message.as_deref());
+        let mut unknown: Vec<&str> = Vec::new();
+        for c in &failure.conditions {
+            let into = match c.status.as_ref() {
+                "False" => &mut texts,
+                "Unknown" if unknown_types.iter().any(|t| t == c.type_.as_ref()) => &mut unknown,
+                _ => continue,
+            };
+            into.extend(c.reason.as_deref());
+            into.extend(c.message.as_deref());
         }
-        if texts.is_empty() {
+        if texts.is_empty() && unknown.is_empty() {
             return None;
         }
         let reason = failure.reason.as_deref().filter(|_| with_failure);
         self.rules.iter().find_map(|rule| {
-            let text_ok = rule
-                .text
-                .as_ref()
-                .is_none_or(|re| texts.iter().any(|t| re.is_match(t)));
+            let read_unknown = rule.verdict != RuleVerdict::Terminal;
+            let text_ok = rule.text.as_ref().is_none_or(|re| {
+                texts.iter().any(|t| re.is_match(t))
+                    || (read_unknown && unknown.iter().any(|t| re.is_match(t)))
+            });
             let reason_ok = rule
                 .reason
                 .as_ref()
@@ -471,6 +492,54 @@ mod tests {
             ..FailureText::default()
         });
         assert_eq!(classifier().classify(&p, &provisioning), Verdict::Healthy);
+    }
+
+    fn unknown(type_: &str, message: &str) -> Projection {
+        text(FailureText {
+            conditions: vec![ConditionView {
+                type_: type_.into(),
+                status: "Unknown".into(),
+                reason: Some("InstanceNotFound".into()),
+                message: Some(message.into()),
+            }],
+            ..FailureText::default()
+        })
+    }
+
+    #[test]
+    fn unknown_conditions_count_only_where_the_profile_lists_them() {
+        let c = classifier();
+        let aws = builtin("aws-machine").unwrap();
+        let describe = unknown("InstanceReady", "failed to describe instance by id");
+        assert_eq!(c.classify(&aws, &describe), transient("describe_failed"));
+        // The same condition on a kind whose profile does not list it, or a
+        // type the profile does not list: an Unknown condition says nothing.
+        let capo = builtin("openstack-machine").unwrap();
+        assert_eq!(c.classify(&capo, &describe), Verdict::Healthy);
+        let other = unknown("ELBAttached", "dial tcp: i/o timeout");
+        assert_eq!(c.classify(&aws, &other), Verdict::Healthy);
+    }
+
+    #[test]
+    fn an_unknown_condition_is_never_terminal() {
+        let specs = vec![RuleSpec {
+            name: "kaput".into(),
+            verdict: RuleVerdict::Terminal,
+            text: Some("kaput".into()),
+            reason: None,
+        }];
+        let c = Classifier::new(&specs).unwrap();
+        let aws = builtin("aws-machine").unwrap();
+        assert_eq!(
+            c.classify(&aws, &unknown("InstanceReady", "kaput")),
+            Verdict::Healthy
+        );
+        let mut gone = unknown("InstanceReady", "kaput");
+        gone.failure.conditions[0].status = "False".into();
+        assert!(matches!(
+            c.classify(&aws, &gone),
+            Verdict::Terminal { ref reason, not_found: false } if reason == "kaput"
+        ));
     }
 
     #[test]

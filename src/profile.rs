@@ -46,6 +46,12 @@ pub struct Profile {
     /// States (at `fields.state`) that mean the resource itself is broken.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub terminal_states: Vec<String>,
+    /// Condition types whose `Unknown` status carries a cloud error: the
+    /// classification rules read them as they read `False` ones, except
+    /// terminal rules (unknown is never terminal). CAPA marks
+    /// `InstanceReady` Unknown whenever it cannot describe the instance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_conditions: Vec<String>,
     /// How remedy holds the resource; `None` means it cannot be held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<HoldSpec>,
@@ -257,6 +263,9 @@ impl Profile {
             for p in paths {
                 self.check_pointer(field, p)?;
             }
+        }
+        if self.unknown_conditions.iter().any(String::is_empty) {
+            return Err(empty("unknown_conditions"));
         }
         if let Some(h) = &self.hold {
             self.check_hold(h)?;
@@ -587,6 +596,7 @@ fn capi_profile(name: &str, group: &str, version: &str, kind: &str, state: &[&st
         plural: None,
         fields: capi_fields(state),
         terminal_states: Vec::new(),
+        unknown_conditions: Vec::new(),
         hold: Some(HoldSpec::annotation(CAPI_PAUSED)),
         remediation: RemediationSpec {
             clear_status: capi_clear(),
@@ -630,6 +640,9 @@ pub fn builtins() -> Vec<Profile> {
         &["/status/instanceState"],
     );
     aws.terminal_states = vec!["terminated".into()];
+    // findInstance: any DescribeInstances error, throttling included, is
+    // only ever reported here (v2.13 controllers/awsmachine_controller.go).
+    aws.unknown_conditions = vec!["InstanceReady".into()];
     let azure = capi_profile(
         "azure-machine",
         INFRA,
@@ -650,6 +663,7 @@ pub fn builtins() -> Vec<Profile> {
             ..FieldPaths::default()
         },
         terminal_states: Vec::new(),
+        unknown_conditions: Vec::new(),
         // brupop has no pause switch: its own backoff applies, remedy only
         // resets counters once the outage is over.
         hold: None,
@@ -835,6 +849,7 @@ mod tests {
             plural: None,
             fields: capi_fields(&[]),
             terminal_states: Vec::new(),
+            unknown_conditions: Vec::new(),
             hold: Some(HoldSpec {
                 annotation: Some("crossplane.io/paused".into()),
                 field: None,

@@ -189,3 +189,67 @@ async fn capo_v0_14_unexpectedly_deleted_servers_are_a_not_found_burst() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn capa_describe_errors_in_an_unknown_instance_ready_condition_open_the_breaker() {
+    // CAPA v2.13 (controllers/awsmachine_controller.go findInstance) reports
+    // a failed DescribeInstances only as InstanceReady=Unknown, reason
+    // InstanceNotFound, and requeues: no failure fields. An EC2 API outage
+    // must still be seen, counted once per machine, and held.
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "capa-describe").await;
+    let condition = |message: &str| {
+        serde_json::json!({"ready": false, "instanceState": "running",
+            "conditions": [{"type": "InstanceReady", "status": "Unknown",
+                            "reason": "InstanceNotFound", "message": message,
+                            "lastTransitionTime": "2026-12-03T00:00:00Z"}]})
+    };
+    let throttled = "failed to query AWSMachine instance by tags: failed to describe instances by tags: \
+        operation error EC2: DescribeInstances, exceeded maximum number of attempts, 3, https response \
+        error StatusCode: 503, RequestID: 0c1d, api error RequestLimitExceeded: Request limit exceeded.";
+    let mut api = None;
+    for i in 0..6 {
+        let mut o = sample("capa-awsmachine-terminated.yaml");
+        o.metadata.name = Some(format!("awsm-{i}"));
+        o.data["status"] = condition(match i {
+            0 => throttled,
+            _ => "failed to describe instance by id",
+        });
+        let c = create_with_status(&client, o, &ns).await;
+        api.get_or_insert_with(|| api_for(&client, &c, &ns));
+    }
+    let api = api.expect("api");
+    let config = format!(
+        "namespaces: [{ns}]\nprofiles: [aws-machine]\ntick: 200ms\nleader_election: {{enabled: false}}\n\
+         breaker: {{open_ratio: 0.5, close_ratio: 0.1, min_resources: 5, window: 1s, cooldown: 1h}}\n"
+    );
+    let remedy = Remedy::serve(cluster, &config);
+    remedy.wait_ready().await;
+    let errors = |reason: &str| {
+        format!(
+            r#"remedy_transient_errors_total{{namespace="{ns}",kind="AWSMachine",reason="{reason}"}}"#
+        )
+    };
+    eventually(Duration::from_secs(20), "every machine held", || async {
+        let held = list(&api)
+            .await
+            .iter()
+            .filter(|o| {
+                o.metadata.annotations.as_ref().is_some_and(|a| {
+                    a.contains_key(HOLD_ANNOTATION) && a.contains_key("cluster.x-k8s.io/paused")
+                })
+            })
+            .count();
+        (held == 6).then_some(())
+    })
+    .await;
+    let (_, text) = remedy.get("/metrics").await.expect("metrics");
+    let v = |s: &str| crate::support::sample(&text, s).unwrap_or(0.0);
+    assert_eq!(v(&errors("describe_failed")), 5.0, "{text}");
+    assert_eq!(v(&errors("throttled")), 1.0, "{text}");
+    assert_eq!(
+        v(r#"remedy_outage_breaker_open{scope="cluster",domain="cluster"}"#),
+        1.0
+    );
+}
