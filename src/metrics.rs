@@ -282,6 +282,8 @@ pub mod values {
         "error",
         "forbidden",
         "not_leader",
+        "gave_up",
+        "no_status_subresource",
     ];
     pub const WEBHOOK_STATUSES: &[&str] = &["firing", "resolved", "invalid"];
     pub const WEBHOOK_RESULTS: &[&str] = &[

@@ -18,8 +18,14 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::Mutex;
 
-/// Conflicts tolerated per goal before giving up until the next tick.
+/// Conflicts tolerated per goal before giving up until its retry.
 const MAX_CONFLICTS: u32 = 5;
+
+/// Writes one goal may make: twice the longest plan (guard, clear, reset,
+/// unpause, unguard). A controller or webhook that writes back what remedy
+/// clears would otherwise make a write loop bounded only by the write
+/// limiter; past this the goal gives up and waits its retry backoff.
+pub const MAX_STEPS: usize = 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
@@ -33,6 +39,18 @@ pub enum ExecError {
     Conflict { key: ResourceKey },
     #[error("{key}: not the leader any more; left for the new leader")]
     NotLeader { key: ResourceKey },
+    #[error(
+        "{key}: gave up after {MAX_STEPS} writes: something writes back what remedy clears (last step {last:?})"
+    )]
+    Unconverged { key: ResourceKey, last: Step },
+    #[error(
+        "{key}: the object exists but its status cannot be written (no status subresource?): the profile's clear_status/reset_status need one: {source}"
+    )]
+    NoStatusSubresource {
+        key: ResourceKey,
+        #[source]
+        source: Box<kube::Error>,
+    },
     #[error("{key}: apiserver error: {source}")]
     Api {
         key: ResourceKey,
@@ -47,6 +65,8 @@ impl ExecError {
             Self::Forbidden { .. } => "forbidden",
             Self::Conflict { .. } => "conflict",
             Self::NotLeader { .. } => "not_leader",
+            Self::Unconverged { .. } => "gave_up",
+            Self::NoStatusSubresource { .. } => "no_status_subresource",
             Self::Api { .. } => "error",
         }
     }
@@ -192,12 +212,31 @@ impl Executor {
                     gone: false,
                 });
             }
+            if steps.len() >= MAX_STEPS {
+                self.metrics.action(goal.label(), "gave_up");
+                tracing::warn!(resource = %key, goal = goal.label(), ?step, writes = steps.len(), "goal does not converge: something writes back what remedy clears; giving up until its retry");
+                self.warn(
+                    profile,
+                    &obj,
+                    "RemedyGaveUp",
+                    &format!(
+                        "remedy gave up {} after {MAX_STEPS} writes: {step:?} is undone as soon as it is written; retrying with backoff",
+                        goal.label()
+                    ),
+                    goal.label(),
+                )
+                .await;
+                return Err(ExecError::Unconverged {
+                    key: key.clone(),
+                    last: step,
+                });
+            }
             let body = plan::patch(profile, &obj, goal, step);
             self.limiter.acquire().await;
             // Checked right before writing: the lease may have moved while
             // we waited for the limiter.
             if !self.leader.is_leader() {
-                self.metrics.action(step.action(goal), "skipped");
+                self.metrics.action(step.action(goal), "not_leader");
                 return Err(ExecError::NotLeader { key: key.clone() });
             }
             let started = Instant::now();
@@ -239,6 +278,16 @@ impl Executor {
                     }
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {
+                    // A 404 on the status subresource of an object that is
+                    // still there means the CRD has no status subresource:
+                    // a configuration error, not a finished goal.
+                    if step.is_status() && matches!(api.get_opt(&key.name).await, Ok(Some(_))) {
+                        self.metrics.action(action, "no_status_subresource");
+                        return Err(ExecError::NoStatusSubresource {
+                            key: key.clone(),
+                            source: Box::new(kube::Error::Api(s)),
+                        });
+                    }
                     self.metrics.action(action, "skipped");
                     return Ok(Outcome {
                         steps,
@@ -265,6 +314,28 @@ impl Executor {
                 key: key.clone(),
                 source: Box::new(e),
             },
+        }
+    }
+
+    /// A Warning Event on the object; like every Event, a report only.
+    async fn warn(
+        &self,
+        profile: &Profile,
+        obj: &DynamicObject,
+        reason: &str,
+        note: &str,
+        action: &str,
+    ) {
+        let reference = obj.object_ref(&watch::api_resource(profile));
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note.into()),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &reference).await {
+            tracing::warn!(error = %e, reason, "could not publish Event");
         }
     }
 
