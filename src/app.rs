@@ -14,10 +14,12 @@ use crate::signals::dedupe::Dedupe;
 use crate::signals::verify::{SignalHealth, Verifier};
 use crate::signals::webhook::{self, TokenStore, WebhookState};
 use crate::store::Store;
+use crate::supervise::{Heartbeat, Supervisor};
 use crate::tls::{self, TlsError};
 use crate::watch;
 use axum::Json;
 use axum::routing::get;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,6 +46,10 @@ pub enum ServeError {
     Signals(#[from] SignalError),
     #[error("leader election: {0}")]
     Leader(#[from] leader::LeaderError),
+    #[error("{0}")]
+    Preflight(#[from] crate::preflight::PreflightError),
+    #[error("task {task} ended ({cause}): exiting so that Kubernetes restarts remedy")]
+    TaskEnded { task: String, cause: String },
 }
 
 impl ServeError {
@@ -54,6 +60,8 @@ impl ServeError {
             Self::Tls(e) => e.label(),
             Self::Signals(e) => e.label(),
             Self::Leader(e) => e.label(),
+            Self::Preflight(e) => e.label(),
+            Self::TaskEnded { .. } => "task_ended",
         }
     }
 }
@@ -66,6 +74,7 @@ struct WatchReadiness {
     streams: Vec<String>,
     engine: Arc<Engine>,
     signals: Option<Arc<SignalHealth>>,
+    heartbeat: Arc<Heartbeat>,
 }
 
 impl Readiness for WatchReadiness {
@@ -89,6 +98,10 @@ impl Readiness for WatchReadiness {
         }
         Ok(notes)
     }
+
+    fn alive(&self) -> Result<(), String> {
+        self.heartbeat.check()
+    }
 }
 
 pub async fn serve(v: Validated) -> Result<(), ServeError> {
@@ -96,15 +109,16 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     // First: a bad certificate or key stops startup with the reason, before
     // anything connects or listens.
     let tls_config = cfg.tls.as_ref().map(tls::load).transpose()?;
+    // Every long-lived task: one ending ends the process.
+    let mut tasks = Supervisor::default();
     let metrics = Arc::new(Metrics::new(cfg.max_resource_series));
     metrics.preset(&crate::metrics::Known::from_config(&cfg, &v.profiles));
     if let Some(t) = &tls_config {
         metrics.tls_expiry.set(t.certs.not_after().unwrap_or(0));
-        tokio::spawn(reload_certificates(
-            t.certs.clone(),
-            metrics.clone(),
-            cfg.reload_interval,
-        ));
+        tasks.spawn(
+            "certificate reload",
+            reload_certificates(t.certs.clone(), metrics.clone(), cfg.reload_interval),
+        );
     }
     let store = Arc::new(Store::new(
         v.profiles.clone(),
@@ -121,6 +135,7 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     let signal_health = verifier.as_ref().map(|v| v.health());
     let (tx, rx) = tokio::sync::mpsc::channel(cfg.webhook.queue);
     let client = crate::kube_client().await?;
+    crate::preflight::check_status_subresources(&client, &v.profiles).await?;
     // With leader election, several replicas may take Alertmanager's
     // notifications: they meet in the episode record.
     let le = &cfg.leader_election;
@@ -143,13 +158,17 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
                 metrics.clone(),
             )?;
             if let Some(api) = &record {
-                state = state.with_inbox(Inbox::start(api.clone(), &cfg.alerts, INBOX_INTERVAL));
+                state = state.with_inbox(Inbox::start(
+                    api.clone(),
+                    &cfg.alerts,
+                    INBOX_INTERVAL,
+                    &mut tasks,
+                ));
             }
-            tokio::spawn(reload_token(
-                state.tokens(),
-                metrics.clone(),
-                cfg.reload_interval,
-            ));
+            tasks.spawn(
+                "webhook token reload",
+                reload_token(state.tokens(), metrics.clone(), cfg.reload_interval),
+            );
             Some(webhook::router(state))
         }
         None => {
@@ -177,18 +196,18 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     );
 
     let list = watch::initial_list(&client).await;
-    for (i, _) in v.profiles.iter().enumerate() {
+    for (i, p) in v.profiles.iter().enumerate() {
         if cfg.namespaces.is_empty() {
-            tokio::spawn(watch::run(client.clone(), store.clone(), i, None, list));
+            tasks.spawn(
+                format!("watch {}", p.kind),
+                watch::run(client.clone(), store.clone(), i, None, list),
+            );
         } else {
             for ns in &cfg.namespaces {
-                tokio::spawn(watch::run(
-                    client.clone(),
-                    store.clone(),
-                    i,
-                    Some(ns.clone()),
-                    list,
-                ));
+                tasks.spawn(
+                    format!("watch {} in {ns}", p.kind),
+                    watch::run(client.clone(), store.clone(), i, Some(ns.clone()), list),
+                );
             }
         }
     }
@@ -199,6 +218,7 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         &cfg.leader_election,
         identity.clone(),
         metrics.clone(),
+        &mut tasks,
     )
     .await?;
     let limiter = Arc::new(WriteLimiter::new(
@@ -215,30 +235,26 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         )
         .with_write_log(store.clone()),
     );
-    let stop = stop_then_release(leadership.clone());
+    let stopping = Arc::new(AtomicBool::new(false));
+    let stop = stop_then_release(leadership.clone(), stopping.clone());
     let engine = Engine::new(&cfg, store.clone(), executor, verifier, leadership);
     if let Some(api) = record {
         engine.use_record(api, identity);
     }
-    tokio::spawn(engine.clone().run(cfg.tick, rx));
+    tasks.spawn("engine", engine.clone().run(cfg.tick, rx));
 
     let readiness = Arc::new(WatchReadiness {
         store: store.clone(),
         streams: watch::stream_ids(&v.profiles, &cfg.namespaces),
         engine: engine.clone(),
         signals: signal_health,
+        heartbeat: engine.heartbeat(),
     });
     // Keep remedy_ready current without depending on a probe calling /readyz.
-    tokio::spawn({
-        let (readiness, metrics, tick) = (readiness.clone(), metrics.clone(), cfg.tick);
-        async move {
-            let mut every = tokio::time::interval(tick);
-            loop {
-                every.tick().await;
-                metrics.ready.set(i64::from(readiness.check().is_ok()));
-            }
-        }
-    });
+    tasks.spawn(
+        "readiness gauge",
+        ready_gauge(readiness.clone(), metrics.clone(), cfg.tick),
+    );
     let status_engine = engine.clone();
     let mut app = server::router(Http {
         metrics: metrics.clone(),
@@ -268,16 +284,39 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     if let Some(w) = webhook_router {
         app = app.merge(w);
     }
-    server::serve(
+    let server = server::serve(
         listener,
         tls_config.map(|t| t.config),
         app,
         cfg.http.clone(),
         metrics,
         stop,
-    )
-    .await;
-    Ok(())
+    );
+    tokio::pin!(server);
+    loop {
+        tokio::select! {
+            () = &mut server => return Ok(()),
+            end = tasks.next_end() => {
+                // On SIGTERM the leader task ends by design: the listener
+                // is draining, wait for it.
+                if stopping.load(Ordering::SeqCst) {
+                    tracing::debug!(task = %end.task, cause = %end.cause, "task ended while shutting down");
+                    continue;
+                }
+                tracing::error!(task = %end.task, cause = %end.cause, "a long-lived task ended: exiting so that Kubernetes restarts remedy");
+                return Err(ServeError::TaskEnded { task: end.task, cause: end.cause });
+            }
+        }
+    }
+}
+
+/// Keeps remedy_ready current without depending on a probe calling /readyz.
+async fn ready_gauge(readiness: Arc<WatchReadiness>, metrics: Arc<Metrics>, tick: Duration) {
+    let mut every = tokio::time::interval(tick);
+    loop {
+        every.tick().await;
+        metrics.ready.set(i64::from(readiness.check().is_ok()));
+    }
 }
 
 /// `GET /status?limit=N`: at most N entries per list.
@@ -344,8 +383,9 @@ async fn reload_token(tokens: Arc<TokenStore>, metrics: Arc<Metrics>, period: Du
 
 /// On SIGTERM: stop writing and hand the Lease back before the listener
 /// drains, so a successor leads at once instead of after a lease duration.
-async fn stop_then_release(leadership: leader::Leadership) {
+async fn stop_then_release(leadership: leader::Leadership, stopping: Arc<AtomicBool>) {
     shutdown_signal().await;
+    stopping.store(true, Ordering::SeqCst);
     tracing::info!("shutting down");
     leadership.release(LEASE_RELEASE_TIMEOUT).await;
 }

@@ -5,9 +5,11 @@
 
 use crate::classify::Verdict;
 use crate::config::{AlertRule, Config};
+use crate::decide::retry::Retries;
 use crate::decide::{ALERT_PREFIX, Action, Context, Core, CoreConfig, Fact, Failing, Pause};
 pub use crate::episodes::Episode;
 use crate::episodes::{Book, EPISODE_TTL, MAX_EPISODES, Refusal};
+use crate::fault::Fault;
 use crate::leader::Leadership;
 use crate::metrics::{EpisodeLabels, KindReasonLabels, Metrics, ScopeLabels};
 use crate::profile::{HoldRecord, Profile};
@@ -20,9 +22,12 @@ use crate::scope::Scope;
 use crate::signals::verify::Verifier;
 use crate::signals::{AlertEvent, AlertStatus};
 use crate::store::{Entry, Store};
+use crate::supervise::{Heartbeat, Supervisor};
+use crate::sync::LockExt;
 use crate::view::{PauseState, ResourceKey};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -53,6 +58,8 @@ struct State {
     report: StatusReport,
     /// Where the episode record stands (leader election on).
     record: Tracker,
+    /// Goals that failed, planned again after their backoff.
+    retries: Retries<ResourceKey>,
 }
 
 pub struct Engine {
@@ -79,6 +86,11 @@ pub struct Engine {
     /// Readiness notes as of the last tick: /readyz reads these and never
     /// waits for a tick holding the engine's state.
     problems: Mutex<Vec<String>>,
+    /// Beats at every tick and between its phases: /healthz fails when it
+    /// stops.
+    heartbeat: Arc<Heartbeat>,
+    ticks: AtomicU64,
+    fault: Option<Fault>,
 }
 
 impl Engine {
@@ -109,13 +121,28 @@ impl Engine {
                 planned_at_rv: HashMap::new(),
                 report: StatusReport::default(),
                 record: Tracker::default(),
+                retries: Retries::default(),
             }),
             pending: Pending::default(),
             recovery: Mutex::new(recovery::Schedule::default()),
             streams,
             record: OnceLock::new(),
             problems: Mutex::new(Vec::new()),
+            heartbeat: Arc::new(Heartbeat::new(stall_limit(cfg))),
+            ticks: AtomicU64::new(0),
+            fault: match Fault::from_env() {
+                Ok(f) => f,
+                Err(e) => {
+                    tracing::error!("{e}: no fault injected");
+                    None
+                }
+            },
         })
+    }
+
+    /// The engine loop's pulse, for /healthz.
+    pub fn heartbeat(&self) -> Arc<Heartbeat> {
+        self.heartbeat.clone()
     }
 
     fn now(&self) -> Duration {
@@ -123,18 +150,34 @@ impl Engine {
     }
 
     fn with_schedule<T>(&self, f: impl FnOnce(&mut recovery::Schedule) -> T) -> Option<T> {
-        self.recovery.lock().ok().map(|mut s| f(&mut s))
+        Some(f(&mut self.recovery.locked()))
     }
 
     /// One decision pass, between reading and writing the episode record.
     pub async fn tick(&self) {
-        self.record_in(self.leader.is_leader()).await;
-        self.decide().await;
-        self.record_out().await;
-        let notes = self.collect_problems();
-        if let Ok(mut p) = self.problems.lock() {
-            *p = notes;
+        let n = self.ticks.fetch_add(1, Ordering::Relaxed) + 1;
+        match self.fault {
+            Some(Fault::PanicAfterTicks(k)) if n > k => {
+                panic!(
+                    "injected fault ({}): engine panics at tick {n}",
+                    crate::fault::ENV
+                )
+            }
+            Some(Fault::StallAfterTicks(k)) if n > k => {
+                tracing::warn!(tick = n, "injected fault: the engine loop stalls");
+                std::future::pending::<()>().await;
+            }
+            _ => {}
         }
+        self.heartbeat.beat();
+        self.record_in(self.leader.is_leader()).await;
+        self.heartbeat.beat();
+        self.decide().await;
+        self.heartbeat.beat();
+        self.record_out().await;
+        self.heartbeat.beat();
+        let notes = self.collect_problems();
+        *self.problems.locked() = notes;
     }
 
     async fn decide(&self) {
@@ -144,9 +187,7 @@ impl Engine {
         let run = self
             .with_schedule(|s| {
                 s.should_run(now, leader, |since| {
-                    self.state
-                        .lock()
-                        .is_ok_and(|st| recovery::needs_refresh(st.episodes.map(), since))
+                    recovery::needs_refresh(self.state.locked().episodes.map(), since)
                 })
             })
             .unwrap_or(false);
@@ -170,64 +211,59 @@ impl Engine {
     #[cfg(test)]
     fn report_episodes(&self) -> Vec<Episode> {
         self.state
-            .lock()
-            .map(|s| s.episodes.map().values().cloned().collect())
-            .unwrap_or_default()
+            .locked()
+            .episodes
+            .map()
+            .values()
+            .cloned()
+            .collect()
     }
 
     pub fn report(&self) -> StatusReport {
-        self.state
-            .lock()
-            .map(|s| s.report.clone())
-            .unwrap_or_default()
+        self.state.locked().report.clone()
     }
 
     /// The report as /status serves it: at most `limit` entries a list.
     pub fn report_limited(&self, limit: usize) -> StatusReport {
-        self.state
-            .lock()
-            .map(|s| s.report.limited(limit))
-            .unwrap_or_default()
+        self.state.locked().report.limited(limit)
     }
 
     /// Readiness detail as of the last tick: verification problems are
     /// reported, not hidden.
     pub fn problems(&self) -> Vec<String> {
-        self.problems.lock().map(|p| p.clone()).unwrap_or_default()
+        self.problems.locked().clone()
     }
 
     fn collect_problems(&self) -> Vec<String> {
         let name = self.record.get().map(|l| l.api.name().to_string());
-        self.state
-            .lock()
-            .map(|s| {
-                let record = s
-                    .record
-                    .error()
-                    .map(|e| format!("episode record {}: {e}", name.as_deref().unwrap_or("")));
-                s.episodes
-                    .map()
-                    .values()
-                    .filter_map(|e| {
-                        e.last_error
-                            .as_ref()
-                            .map(|err| format!("alert {} not verified: {err}", e.alertname))
-                    })
-                    .chain(record)
-                    .collect()
+        let s = self.state.locked();
+        let record = s
+            .record
+            .error()
+            .map(|e| format!("episode record {}: {e}", name.as_deref().unwrap_or("")));
+        s.episodes
+            .map()
+            .values()
+            .filter_map(|e| {
+                e.last_error
+                    .as_ref()
+                    .map(|err| format!("alert {} not verified: {err}", e.alertname))
             })
-            .unwrap_or_default()
+            .chain(record)
+            .collect()
     }
 
-    /// Runs the tick loop and the workers until the process ends.
+    /// Runs the tick loop and the workers. Never ends unless a worker
+    /// does: then it returns why, for the supervisor.
     pub async fn run(
         self: Arc<Self>,
         tick: Duration,
         mut events: tokio::sync::mpsc::Receiver<AlertEvent>,
-    ) {
-        for _ in 0..WORKERS {
+    ) -> String {
+        let mut workers = Supervisor::default();
+        for i in 0..WORKERS {
             let me = self.clone();
-            tokio::spawn(async move { me.work().await });
+            workers.spawn(format!("worker {i}"), async move { me.work().await });
         }
         let mut interval = tokio::time::interval(tick);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -240,6 +276,9 @@ impl Engine {
                     // Webhook gone (not configured): keep deciding on ticks.
                     None => open = false,
                 },
+                end = workers.next_end() => {
+                    return format!("{} ended: {}", end.task, end.cause);
+                }
             }
         }
     }
@@ -265,20 +304,46 @@ impl Engine {
                 {
                     Ok(out) => {
                         tracing::debug!(steps = ?out.steps, done = out.done.label(), gone = out.gone, "goal finished");
-                        if goal == Goal::Remediate
-                            && let Ok(mut st) = self.state.lock()
-                        {
+                        let mut st = self.state.locked();
+                        st.retries.succeeded(&key);
+                        if goal == Goal::Remediate {
                             st.episodes.done(&key);
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, label = e.label(), "goal failed; planned again next tick")
+                        // Planned again once its backoff has passed, from
+                        // whatever the object then is: never left waiting
+                        // for someone else to change it.
+                        let now = self.now();
+                        let attempt = {
+                            let mut st = self.state.locked();
+                            st.planned_at_rv.remove(&key);
+                            st.retries.failed(&key, now)
+                        };
+                        let retry_in = attempt.not_before.saturating_sub(now);
+                        tracing::warn!(error = %e, label = e.label(), failures = attempt.failures, ?retry_in, "goal failed; planned again after its backoff");
                     }
                 }
             }
             self.pending.finish(&key);
         }
     }
+
+    /// Forgets the plan markers of goals that were dropped before they ran,
+    /// so the next tick plans them again.
+    pub(super) fn forget_plans(&self, keys: &[ResourceKey]) {
+        let mut st = self.state.locked();
+        for k in keys {
+            st.planned_at_rv.remove(k);
+        }
+    }
+}
+
+/// How long the engine loop may go without a beat before /healthz fails:
+/// three missed ticks, beyond the longest single wait inside a tick (a
+/// Prometheus or Alertmanager query, bounded by `signals.timeout`).
+pub fn stall_limit(cfg: &Config) -> Duration {
+    cfg.tick.saturating_mul(3) + cfg.signals.timeout
 }
 
 #[cfg(test)]

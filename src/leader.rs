@@ -27,7 +27,6 @@ use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{Notify, oneshot, watch};
-use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 #[derive(Debug, thiserror::Error)]
@@ -375,6 +374,7 @@ pub async fn start(
     cfg: &LeaderConfig,
     identity: String,
     metrics: Arc<Metrics>,
+    tasks: &mut crate::supervise::Supervisor,
 ) -> Result<Leadership, LeaderError> {
     if !cfg.enabled {
         metrics.leader.set(1);
@@ -404,21 +404,36 @@ pub async fn start(
         changed: Arc::new(Notify::new()),
         vacant: Arc::new(Notify::new()),
     };
+    // Supervised like every long-lived task; `elect` only aborts it.
     let confirmer = tokio::spawn(confirm(
         reader,
         leadership.clone(),
         timing.confirm_every,
         signals.clone(),
     ));
-    tokio::spawn(elect(
-        params,
-        manager,
-        leadership.clone(),
-        metrics,
-        signals,
-        confirmer,
-        release_rx,
-    ));
+    let abort = confirmer.abort_handle();
+    tasks.spawn("lease confirmer", async move {
+        match confirmer.await {
+            Ok(()) => "returned".to_string(),
+            Err(e) if e.is_cancelled() => "stopped with the election".to_string(),
+            Err(e) => format!(
+                "panicked: {}",
+                crate::supervise::panic_message(e.into_panic().as_ref())
+            ),
+        }
+    });
+    tasks.spawn(
+        "leader election",
+        elect(
+            params,
+            manager,
+            leadership.clone(),
+            metrics,
+            signals,
+            abort,
+            release_rx,
+        ),
+    );
     Ok(leadership)
 }
 
@@ -473,7 +488,7 @@ async fn elect(
     leadership: Leadership,
     metrics: Arc<Metrics>,
     signals: Signals,
-    confirmer: JoinHandle<()>,
+    confirmer: tokio::task::AbortHandle,
     mut release: oneshot::Receiver<ReleaseRequest>,
 ) {
     let identity = params.identity.as_str();

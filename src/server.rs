@@ -37,6 +37,12 @@ pub trait Readiness: Send + Sync + 'static {
     /// failing: remedy stays ready to keep taking webhooks, but says why it
     /// is not remediating); otherwise the reasons, one per line.
     fn check(&self) -> Result<Vec<String>, Vec<String>>;
+
+    /// Liveness for /healthz: `Err(why)` when the process should be
+    /// restarted (the engine loop stopped ticking).
+    fn alive(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 #[derive(Clone)]
@@ -48,7 +54,7 @@ pub struct Http {
 pub fn router(state: Http) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state)
 }
@@ -66,6 +72,17 @@ async fn metrics(State(s): State<Http>, headers: HeaderMap) -> Response {
             )
                 .into_response()
         }
+    }
+}
+
+async fn healthz(State(s): State<Http>) -> Response {
+    match s.readiness.alive() {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("unhealthy: {why}\n"),
+        )
+            .into_response(),
     }
 }
 

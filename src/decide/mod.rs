@@ -7,6 +7,7 @@
 
 pub mod breakers;
 pub mod pace;
+pub mod retry;
 
 use crate::budget::{Candidate, Sample, TokenBucket, WaitReason, plan_paced};
 use crate::config::{BreakerConfig, BudgetConfig};

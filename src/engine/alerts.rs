@@ -22,10 +22,7 @@ impl Engine {
     }
 
     pub(super) fn notify(&self, rule: &AlertRule, scope: &Scope, firing: bool, at: DateTime<Utc>) {
-        let result = match self.state.lock() {
-            Ok(mut st) => st.episodes.notify(rule, scope, firing, at),
-            Err(_) => return,
-        };
+        let result = self.state.locked().episodes.notify(rule, scope, firing, at);
         if let Err(why) = result {
             self.refused(&rule.alertname, why);
             tracing::warn!(alert = %rule.alertname, firing, matchers = ?scope.matchers, reason = why.label(), "alert notification refused: nothing changes");
@@ -50,12 +47,13 @@ impl Engine {
     /// Drops queued remediation in a scope that fires (again).
     pub(super) fn cancel_remediation(&self, scope: &Scope) {
         let store = &self.store;
-        let n = self.pending.cancel(|k, goal| {
+        let dropped = self.pending.cancel(|k, goal| {
             !matches!(goal, Goal::Hold(_))
                 && store.get(k).is_some_and(|e| scope.matches(k, &e.view))
         });
-        if n > 0 {
-            tracing::info!(alert = %scope.alertname, cancelled = n, "alert fires: queued remediation cancelled");
+        if !dropped.is_empty() {
+            self.forget_plans(&dropped);
+            tracing::info!(alert = %scope.alertname, cancelled = dropped.len(), "alert fires: queued remediation cancelled");
         }
     }
 
@@ -88,9 +86,7 @@ impl Engine {
     /// Writes what an answer recovers; the decision is `recovery::plan`.
     pub(super) fn apply_recovery(&self, answer: &recovery::Answer, now: DateTime<Utc>) {
         let plan = {
-            let Ok(mut st) = self.state.lock() else {
-                return;
-            };
+            let mut st = self.state.locked();
             let plan = recovery::plan(&self.alerts, answer, st.episodes.map(), now, MAX_EPISODES);
             for (scope, ep) in &plan.write {
                 // recovery::plan leaves room for what it writes.
@@ -123,20 +119,19 @@ impl Engine {
     /// Verifies resolved episodes whose settle time has passed. Errors keep
     /// the episode unverified: no remediation without proof.
     pub(super) async fn verify(&self, now: DateTime<Utc>) {
-        let due: Vec<(Scope, Episode)> = match self.state.lock() {
-            Ok(st) => st
-                .episodes
-                .map()
-                .iter()
-                .filter(|(_, e)| !e.firing)
-                .filter(|(_, e)| {
-                    let since = e.verified_at.unwrap_or(e.changed_at);
-                    (now - since).to_std().is_ok_and(|d| d >= self.settle)
-                })
-                .map(|(s, e)| (s.clone(), e.clone()))
-                .collect(),
-            Err(_) => return,
-        };
+        let due: Vec<(Scope, Episode)> = self
+            .state
+            .locked()
+            .episodes
+            .map()
+            .iter()
+            .filter(|(_, e)| !e.firing)
+            .filter(|(_, e)| {
+                let since = e.verified_at.unwrap_or(e.changed_at);
+                (now - since).to_std().is_ok_and(|d| d >= self.settle)
+            })
+            .map(|(s, e)| (s.clone(), e.clone()))
+            .collect();
         for (scope, ep) in due {
             if !ep.fired && !self.proven(&scope, &ep).await {
                 continue;
@@ -153,9 +148,7 @@ impl Engine {
                     .map_err(|e| e.to_string()),
                 None => Err("no Prometheus configured: cannot verify".to_string()),
             };
-            let Ok(mut st) = self.state.lock() else {
-                return;
-            };
+            let mut st = self.state.locked();
             let Some(e) = st.episodes.get_mut(&scope) else {
                 continue;
             };
@@ -198,9 +191,7 @@ impl Engine {
         let answer = v
             .alert_label_sets(&[ep.alertname.as_str()], Some(EPISODE_TTL))
             .await;
-        let Ok(mut st) = self.state.lock() else {
-            return false;
-        };
+        let mut st = self.state.locked();
         match answer {
             Ok(sets) => {
                 let fired = sets

@@ -1,74 +1,146 @@
 //! The goals the tick planned, waiting for a worker: at most one per
-//! resource, queued or running.
+//! resource, queued or running, handed out in the order they were offered
+//! (decide's order: holds, then releases lowest crash count first with
+//! domains taking turns).
 
 use crate::remediate::plan::Goal;
+use crate::sync::LockExt;
 use crate::view::ResourceKey;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 use tokio::sync::Notify;
+
+#[derive(Default)]
+pub(super) struct Queue {
+    /// Queued goals, first offered first.
+    pub(super) queued: VecDeque<(ResourceKey, Goal)>,
+    /// Keys with a goal queued (the same keys as `queued`, for lookups).
+    pub(super) queued_keys: HashSet<ResourceKey>,
+    pub(super) running: HashSet<ResourceKey>,
+}
 
 /// Goals waiting for a worker, at most one per resource.
 #[derive(Default)]
 pub(super) struct Pending {
-    pub(super) goals: Mutex<(BTreeMap<ResourceKey, Goal>, HashSet<ResourceKey>)>,
+    pub(super) goals: Mutex<Queue>,
     pub(super) notify: Notify,
 }
 
 impl Pending {
     /// Adds unless the resource already has a goal queued or running.
     pub(super) fn offer(&self, key: ResourceKey, goal: Goal) -> bool {
-        let Ok(mut g) = self.goals.lock() else {
-            return false;
-        };
-        if g.0.contains_key(&key) || g.1.contains(&key) {
+        let mut g = self.goals.locked();
+        if g.queued_keys.contains(&key) || g.running.contains(&key) {
             return false;
         }
-        g.0.insert(key, goal);
+        g.queued_keys.insert(key.clone());
+        g.queued.push_back((key, goal));
         drop(g);
         self.notify.notify_one();
         true
     }
 
+    /// Whether the resource has a goal queued or running.
+    pub(super) fn contains(&self, key: &ResourceKey) -> bool {
+        let g = self.goals.locked();
+        g.queued_keys.contains(key) || g.running.contains(key)
+    }
+
+    /// The first queued goal, now running.
     pub(super) fn take(&self) -> Option<(ResourceKey, Goal)> {
-        let mut g = self.goals.lock().ok()?;
-        let key = g.0.keys().next()?.clone();
-        let goal = g.0.remove(&key)?;
-        g.1.insert(key.clone());
+        let mut g = self.goals.locked();
+        let (key, goal) = g.queued.pop_front()?;
+        g.queued_keys.remove(&key);
+        g.running.insert(key.clone());
         Some((key, goal))
     }
 
     pub(super) fn finish(&self, key: &ResourceKey) {
-        if let Ok(mut g) = self.goals.lock() {
-            g.1.remove(key);
-        }
+        self.goals.locked().running.remove(key);
     }
 
-    /// Drops queued (not running) goals a new firing alert makes unsafe.
-    pub(super) fn cancel(&self, mut pred: impl FnMut(&ResourceKey, &Goal) -> bool) -> usize {
-        let Ok(mut g) = self.goals.lock() else {
-            return 0;
-        };
-        let before = g.0.len();
-        g.0.retain(|k, goal| !pred(k, goal));
-        before - g.0.len()
+    /// Drops queued (not running) goals that became unsafe (a new firing
+    /// alert, an opened breaker); returns their keys.
+    pub(super) fn cancel(
+        &self,
+        mut pred: impl FnMut(&ResourceKey, &Goal) -> bool,
+    ) -> Vec<ResourceKey> {
+        let mut g = self.goals.locked();
+        let q = &mut *g;
+        let mut dropped = Vec::new();
+        q.queued.retain(|(k, goal)| {
+            let drop = pred(k, goal);
+            if drop {
+                dropped.push(k.clone());
+            }
+            !drop
+        });
+        for k in &dropped {
+            q.queued_keys.remove(k);
+        }
+        dropped
     }
 
     pub(super) fn len(&self) -> usize {
-        self.goals
-            .lock()
-            .map(|g| g.0.len() + g.1.len())
-            .unwrap_or(0)
+        let g = self.goals.locked();
+        g.queued.len() + g.running.len()
     }
 
     pub(super) fn keys(&self) -> Vec<String> {
-        self.goals
-            .lock()
-            .map(|g| {
-                g.0.iter()
-                    .map(|(k, goal)| format!("{k} {}", goal.label()))
-                    .chain(g.1.iter().map(|k| format!("{k} running")))
-                    .collect()
-            })
-            .unwrap_or_default()
+        let g = self.goals.locked();
+        let mut running: Vec<String> = g.running.iter().map(|k| format!("{k} running")).collect();
+        running.sort();
+        g.queued
+            .iter()
+            .map(|(k, goal)| format!("{k} {}", goal.label()))
+            .chain(running)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ResourceKey {
+        ResourceKey::new("Machine", "ns", name)
+    }
+
+    #[test]
+    fn goals_are_taken_in_the_order_offered_not_in_key_order() {
+        let p = Pending::default();
+        for name in ["m-c", "m-a", "m-b"] {
+            assert!(p.offer(key(name), Goal::Release));
+        }
+        let order: Vec<String> = std::iter::from_fn(|| p.take())
+            .map(|(k, _)| k.name.to_string())
+            .collect();
+        assert_eq!(order, ["m-c", "m-a", "m-b"]);
+    }
+
+    #[test]
+    fn a_key_queued_or_running_is_refused_and_reported_as_contained() {
+        let p = Pending::default();
+        assert!(p.offer(key("a"), Goal::Release));
+        assert!(!p.offer(key("a"), Goal::Remediate));
+        assert!(p.contains(&key("a")));
+        let (k, _) = p.take().expect("queued");
+        assert!(p.contains(&k), "running counts");
+        assert!(!p.offer(key("a"), Goal::Release));
+        p.finish(&k);
+        assert!(!p.contains(&k));
+        assert!(p.offer(key("a"), Goal::Release));
+    }
+
+    #[test]
+    fn cancel_returns_the_dropped_keys_and_frees_them() {
+        let p = Pending::default();
+        p.offer(key("a"), Goal::Release);
+        p.offer(key("b"), Goal::Remediate);
+        let dropped = p.cancel(|_, g| *g == Goal::Release);
+        assert_eq!(dropped, vec![key("a")]);
+        assert!(!p.contains(&key("a")));
+        assert_eq!(p.len(), 1);
+        assert!(p.offer(key("a"), Goal::Release));
     }
 }

@@ -3,14 +3,15 @@
 
 use super::*;
 
+/// Waiting reason of a resource whose goal failed and waits its backoff.
+const RETRY: &str = "retry";
+
 impl Engine {
     /// The synchronous part of a tick: the store and the episodes through
     /// the decision core, goals queued for the workers. Clocks are passed
     /// in so a recorded run can be replayed.
     pub(super) fn plan(&self, now: Duration, wall: DateTime<Utc>, external: Option<f64>) {
-        let Ok(mut st) = self.state.lock() else {
-            return;
-        };
+        let mut st = self.state.locked();
         let st = &mut *st;
         st.episodes.prune(wall);
         self.fix_targets(st);
@@ -42,6 +43,8 @@ impl Engine {
             .collect();
         let episodes = &st.episodes;
         let planned = &st.planned_at_rv;
+        let retries = &st.retries;
+        let pending = &self.pending;
         let mut held_keys = Vec::new();
 
         // The store's objects as facts for the decision core.
@@ -85,11 +88,15 @@ impl Engine {
                     failing,
                     fresh,
                     deleting: e.view.deleting,
-                    // Without its profile nothing is decided for it.
+                    // Without its profile nothing is decided for it; nor
+                    // while a goal for it is queued or running, was planned
+                    // from this version, or failed and waits its backoff.
                     planned: profile.is_none()
                         || planned
                             .get(key)
-                            .is_some_and(|rv| *rv == e.view.resource_version),
+                            .is_some_and(|rv| *rv == e.view.resource_version)
+                        || pending.contains(key)
+                        || retries.waiting(key, now),
                     holdable: profile.is_some_and(|p| p.hold.is_some()),
                     crash_count: crashes,
                     backoff_remaining: backoff.remaining(crashes, e.view.failure_time, wall),
@@ -139,6 +146,33 @@ impl Engine {
                 .set(st.core.release_rate(domain));
         }
         let breaker_open = st.core.breakers().any_open();
+        // Releases and remediations queued before a breaker opened would
+        // unpause into the outage: they go back to waiting.
+        let opened: HashSet<&str> = d
+            .changed
+            .iter()
+            .filter(|(_, _, after)| after.is_open())
+            .map(|(domain, _, _)| domain.as_ref())
+            .collect();
+        if !opened.is_empty() {
+            let domain_by = st.core.domain_by();
+            let store = &self.store;
+            let dropped = self.pending.cancel(|k, goal| {
+                !matches!(goal, Goal::Hold(_))
+                    && store
+                        .get(k)
+                        .is_some_and(|e| opened.contains(domain_by.of(k, &e.view)))
+            });
+            if !dropped.is_empty() {
+                tracing::info!(
+                    cancelled = dropped.len(),
+                    "outage breaker opened: queued releases cancelled"
+                );
+                for k in &dropped {
+                    st.planned_at_rv.remove(k);
+                }
+            }
+        }
 
         let mut waiting_counts: HashMap<(String, &'static str), i64> = HashMap::new();
         let mut waiting = BTreeMap::new();
@@ -166,22 +200,36 @@ impl Engine {
                     crash_count: hold.crash_count,
                     value: None,
                 };
-                if let Some(e) = self.store.get(&hold.key) {
-                    st.planned_at_rv
-                        .insert(hold.key.clone(), e.view.resource_version.clone());
+                // Marked planned only once queued: a refused goal is planned
+                // again next tick, not forgotten.
+                let rv = self
+                    .store
+                    .get(&hold.key)
+                    .map(|e| e.view.resource_version.clone());
+                if self.pending.offer(hold.key.clone(), Goal::Hold(record))
+                    && let Some(rv) = rv
+                {
+                    st.planned_at_rv.insert(hold.key, rv);
                 }
-                self.pending.offer(hold.key, Goal::Hold(record));
             }
             for (key, action) in d.actions {
                 let goal = match action {
                     Action::Release => Goal::Release,
                     Action::Remediate => Goal::Remediate,
                 };
-                if let Some(e) = self.store.get(&key) {
-                    st.planned_at_rv
-                        .insert(key.clone(), e.view.resource_version.clone());
+                let rv = self
+                    .store
+                    .get(&key)
+                    .map(|e| e.view.resource_version.clone());
+                if !self.pending.offer(key.clone(), goal) {
+                    continue;
                 }
-                if self.pending.offer(key.clone(), goal) {
+                if let Some(rv) = rv {
+                    st.planned_at_rv.insert(key.clone(), rv);
+                }
+                // Releases of held resources only; remediations are
+                // counted by their actions.
+                if action == Action::Release {
                     self.metrics
                         .releases
                         .get_or_create(&crate::metrics::KindLabels {
@@ -196,14 +244,21 @@ impl Engine {
                     .or_insert(0) += 1;
                 waiting.insert(key.to_string(), why.label().to_string());
             }
+            for key in st.retries.waiting_keys(now) {
+                *waiting_counts
+                    .entry((key.kind.to_string(), RETRY))
+                    .or_insert(0) += 1;
+                waiting.insert(key.to_string(), RETRY.to_string());
+            }
         }
         // Drop plan markers the watch has caught up with.
         let store = &self.store;
         st.planned_at_rv
             .retain(|k, rv| store.get(k).is_some_and(|e| e.view.resource_version == *rv));
+        st.retries.retain(|k| store.get(k).is_some());
 
         for p in profiles {
-            for reason in ["breaker", "backoff", "budget", "settle"] {
+            for reason in ["breaker", "backoff", "budget", "settle", RETRY] {
                 let n = waiting_counts
                     .get(&(p.kind.clone(), reason))
                     .copied()

@@ -29,9 +29,7 @@ impl Engine {
             tracing::warn!(error = %e, label = e.label(), record = link.api.name(), "cannot read the episode record");
         }
         let up = {
-            let Ok(mut st) = self.state.lock() else {
-                return;
-            };
+            let mut st = self.state.locked();
             let up = st.record.read(leader, read);
             if let Some(book) = up.replace {
                 st.episodes = book;
@@ -57,7 +55,8 @@ impl Engine {
             {
                 self.notify(rule, &n.scope, n.firing, n.at);
             }
-            if let Ok(mut st) = self.state.lock() {
+            {
+                let mut st = self.state.locked();
                 st.record.folded(n.seq);
             }
         }
@@ -71,12 +70,10 @@ impl Engine {
         if !self.leader.is_leader() {
             return;
         }
-        let next = match self.state.lock() {
-            Ok(mut st) => {
-                let st = &mut *st;
-                st.record.to_write(&st.episodes, &link.identity)
-            }
-            Err(_) => return,
+        let next = {
+            let mut st = self.state.locked();
+            let st = &mut *st;
+            st.record.to_write(&st.episodes, &link.identity)
         };
         let (record, rv) = match next {
             None => return,
@@ -100,7 +97,8 @@ impl Engine {
                 tracing::warn!(error = %e, label = e.label(), "cannot write the episode record")
             }
         }
-        if let Ok(mut st) = self.state.lock() {
+        {
+            let mut st = self.state.locked();
             st.record.written(&result);
         }
     }

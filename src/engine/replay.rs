@@ -113,7 +113,7 @@ async fn the_engine_replays_a_simulator_run_with_the_same_decisions() {
             }
         }
         engine.plan(Duration::from_millis(rec.now), wall(rec.now), None);
-        let goals = std::mem::take(&mut engine.pending.goals.lock().unwrap().0);
+        let goals = std::mem::take(&mut *engine.pending.goals.lock().unwrap()).queued;
         let got_holds: BTreeSet<(u32, String, u32)> = goals
             .iter()
             .filter_map(|(k, g)| match g {
@@ -130,7 +130,7 @@ async fn the_engine_replays_a_simulator_run_with_the_same_decisions() {
         assert_eq!(got_holds, want_holds, "holds at {} ms", rec.now);
         let got_releases: BTreeSet<u32> = goals
             .iter()
-            .filter(|(_, g)| **g == Goal::Release)
+            .filter(|(_, g)| *g == Goal::Release)
             .map(|(k, _)| id_of(k))
             .collect();
         let want_releases: BTreeSet<u32> = rec.decisions.actions.iter().map(|(k, _)| *k).collect();

@@ -54,7 +54,8 @@ fn osm(name: &str, failing: bool, annotations: serde_json::Value) -> DynamicObje
 
 fn pending(e: &Engine) -> Vec<(String, &'static str)> {
     let g = e.pending.goals.lock().unwrap();
-    g.0.iter()
+    g.queued
+        .iter()
         .map(|(k, goal)| (k.name.to_string(), goal.label()))
         .collect()
 }
@@ -109,10 +110,9 @@ async fn breaker_holds_failing_but_never_foreign_paused_or_healthy() {
     assert!(e.report().breaker_open);
     // Probing is off: nothing leaves while the breaker is open.
     assert_eq!(pace(&e), 0.0);
-    assert_eq!(
-        pending(&e),
-        vec![("a".into(), "hold"), ("b".into(), "hold")]
-    );
+    let mut holds = pending(&e);
+    holds.sort();
+    assert_eq!(holds, vec![("a".into(), "hold"), ("b".into(), "hold")]);
     // Planned once: the next tick does not queue the same goal again.
     e.tick().await;
     assert_eq!(pending(&e).len(), 2);
@@ -157,17 +157,22 @@ async fn stale_signals_after_remedys_write_neither_open_the_breaker_nor_hold() {
 }
 
 fn held_osm(name: &str, failing: bool, reason: &str) -> DynamicObject {
+    held_osm_crashed(name, failing, reason, 1)
+}
+
+fn held_osm_crashed(name: &str, failing: bool, reason: &str, crash_count: u32) -> DynamicObject {
     let record = serde_json::to_string(&HoldRecord {
         since: Utc::now(),
         reason: reason.into(),
-        crash_count: 1,
+        crash_count,
         value: None,
     })
     .unwrap();
     osm(
         name,
         failing,
-        json!({CAPI_PAUSED: crate::profile::PAUSE_MARKER, crate::profile::HOLD_ANNOTATION: record}),
+        json!({CAPI_PAUSED: crate::profile::PAUSE_MARKER, crate::profile::HOLD_ANNOTATION: record,
+               crate::profile::CRASH_ANNOTATION: crash_count.to_string()}),
     )
 }
 
@@ -480,6 +485,131 @@ fn pending_never_holds_two_goals_for_one_resource() {
     assert!(!p.offer(k.clone(), Goal::Remediate), "running");
     p.finish(&taken);
     assert!(p.offer(k.clone(), Goal::Remediate));
-    assert_eq!(p.cancel(|_, g| *g == Goal::Remediate), 1);
+    assert_eq!(p.cancel(|_, g| *g == Goal::Remediate).len(), 1);
     assert_eq!(p.len(), 0);
+}
+
+/// A breaker that closes at once: held resources are released on the
+/// next ticks, lowest crash count first.
+fn releasing_cfg() -> Config {
+    let mut c = cfg();
+    c.breaker.cooldown = Duration::ZERO;
+    c.backoff.base = Duration::ZERO;
+    c
+}
+
+async fn tick_until_queued(e: &Engine, n: usize) {
+    for _ in 0..5 {
+        if pending(e).len() >= n {
+            return;
+        }
+        e.tick().await;
+    }
+    panic!(
+        "never queued {n}: {:?}, {:?}",
+        pending(e),
+        e.report().waiting
+    );
+}
+
+#[tokio::test]
+async fn releases_leave_the_queue_in_decides_order_not_key_order() {
+    let (e, store) = engine(&releasing_cfg(), true);
+    // Names in the opposite order of their crash counts.
+    for (name, crashes) in [("a", 5), ("b", 3), ("c", 1)] {
+        store.apply(0, &held_osm_crashed(name, false, BREAKER_REASON, crashes));
+    }
+    for i in 0..20 {
+        store.apply(0, &osm(&format!("ok{i}"), false, json!({})));
+    }
+    tick_until_queued(&e, 3).await;
+    // More goals than a single worker takes at once: the order survives
+    // the queue.
+    let taken: Vec<String> = std::iter::from_fn(|| e.pending.take())
+        .map(|(k, g)| format!("{} {}", k.name, g.label()))
+        .collect();
+    assert_eq!(taken, ["c release", "b release", "a release"]);
+}
+
+#[tokio::test]
+async fn a_goal_refused_while_another_runs_is_planned_once_that_one_finishes() {
+    let (e, store) = engine(&cfg(), true);
+    store.apply(0, &osm("a", true, json!({})));
+    store.apply(0, &osm("b", true, json!({})));
+    let a = ResourceKey::new("OpenStackMachine", "ns", "a");
+    // A goal for `a` is running (e.g. still publishing its Event).
+    assert!(e.pending.offer(a.clone(), Goal::Release));
+    e.pending.take();
+    e.tick().await; // opens the breaker
+    e.tick().await; // holds b; a is busy
+    assert_eq!(pending(&e), vec![("b".into(), "hold")]);
+    e.pending.finish(&a);
+    e.tick().await;
+    assert!(
+        pending(&e).contains(&("a".into(), "hold")),
+        "a is planned once its running goal is done: {:?}",
+        pending(&e)
+    );
+}
+
+#[tokio::test]
+async fn an_opening_breaker_cancels_queued_releases() {
+    let (e, store) = engine(&releasing_cfg(), true);
+    for i in 0..3 {
+        store.apply(0, &held_osm(&format!("h{i}"), false, BREAKER_REASON));
+    }
+    for i in 0..7 {
+        store.apply(0, &osm(&format!("ok{i}"), false, json!({})));
+    }
+    tick_until_queued(&e, 3).await;
+    assert!(pending(&e).iter().all(|(_, g)| *g == "release"));
+    // The cloud fails again before a worker took them.
+    for i in 0..7 {
+        let mut o = osm(&format!("ok{i}"), true, json!({}));
+        o.metadata.resource_version = Some("2".into());
+        store.apply(0, &o);
+    }
+    e.tick().await;
+    assert!(e.report().breaker_open);
+    let left: Vec<_> = pending(&e)
+        .into_iter()
+        .filter(|(_, g)| *g == "release")
+        .collect();
+    assert!(left.is_empty(), "queued releases cancelled: {left:?}");
+}
+
+#[tokio::test]
+async fn a_failed_goal_waits_its_retry_then_is_planned_again_without_a_change() {
+    let (e, store) = engine(&cfg(), true);
+    store.apply(0, &osm("a", true, json!({})));
+    store.apply(0, &osm("b", true, json!({})));
+    e.tick().await;
+    e.tick().await;
+    assert_eq!(pending(&e).len(), 2);
+    // Both holds fail (apiserver down): the worker records the failure.
+    let now = e.now();
+    for _ in 0..2 {
+        let (k, _) = e.pending.take().unwrap();
+        {
+            let mut st = e.state.lock().unwrap();
+            st.planned_at_rv.remove(&k);
+            st.retries.failed(&k, now);
+        }
+        e.pending.finish(&k);
+    }
+    e.tick().await;
+    assert!(pending(&e).is_empty(), "waiting its backoff");
+    assert_eq!(
+        e.report()
+            .waiting
+            .get("ns/OpenStackMachine/a")
+            .map(String::as_str),
+        Some("retry"),
+        "{:?}",
+        e.report().waiting
+    );
+    // Past the first delay, nothing having changed, both are planned again.
+    tokio::time::sleep(crate::decide::retry::FIRST_DELAY + Duration::from_millis(100)).await;
+    e.tick().await;
+    assert_eq!(pending(&e).len(), 2, "{:?}", pending(&e));
 }

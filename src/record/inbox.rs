@@ -36,9 +36,14 @@ pub struct Inbox {
 
 impl Inbox {
     /// Starts the writer task.
-    pub fn start(api: Arc<RecordApi>, alerts: &[AlertRule], min_interval: Duration) -> Self {
+    pub fn start(
+        api: Arc<RecordApi>,
+        alerts: &[AlertRule],
+        min_interval: Duration,
+        tasks: &mut crate::supervise::Supervisor,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(run(api, rx, min_interval));
+        tasks.spawn("episode record writer", run(api, rx, min_interval));
         Self {
             alerts: alerts.into(),
             tx,

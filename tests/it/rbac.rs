@@ -261,9 +261,16 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
         lease_duration: Duration::from_secs(3),
         ..LeaderConfig::default()
     };
-    let leadership = remedy::leader::start(sa.clone(), &cfg, "rbac-test".into(), metrics.clone())
-        .await
-        .expect("lease manager as the ServiceAccount");
+    let mut tasks = remedy::supervise::Supervisor::default();
+    let leadership = remedy::leader::start(
+        sa.clone(),
+        &cfg,
+        "rbac-test".into(),
+        metrics.clone(),
+        &mut tasks,
+    )
+    .await
+    .expect("lease manager as the ServiceAccount");
     eventually(
         Duration::from_secs(30),
         "leadership as the ServiceAccount",

@@ -362,6 +362,11 @@ impl Remedy {
         matches!(self.child.try_wait(), Ok(Some(_)))
     }
 
+    /// The exit status once the process has exited.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     fn signal(&self, sig: &str) {
         let status = Command::new("kill")
             .args([sig, &self.child.id().to_string()])
