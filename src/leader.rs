@@ -21,6 +21,7 @@
 
 use crate::config::LeaderConfig;
 use crate::metrics::Metrics;
+use crate::sync::LockExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
@@ -320,10 +321,8 @@ impl Leadership {
         let Inner::Elected { hold, release } = &*self.0 else {
             return;
         };
-        if let Ok(mut h) = hold.lock() {
-            h.set_elected(false);
-        }
-        let Some(tx) = release.lock().ok().and_then(|mut r| r.take()) else {
+        hold.locked().set_elected(false);
+        let Some(tx) = release.locked().take() else {
             return;
         };
         let (done, released) = oneshot::channel();
@@ -344,17 +343,14 @@ impl Leadership {
                 left: Duration::MAX,
             },
             Inner::Fixed(false) => Verdict::Follower(Why::NotElected),
-            // A poisoned lock means an update panicked half-way: follow.
-            Inner::Elected { hold, .. } => hold
-                .lock()
-                .map_or(Verdict::Follower(Why::Unconfirmed), |h| h.verdict(now)),
+            Inner::Elected { hold, .. } => hold.locked().verdict(now),
         }
     }
 
     fn with_hold<T>(&self, f: impl FnOnce(&mut Hold) -> T) -> Option<T> {
         match &*self.0 {
             Inner::Fixed(_) => None,
-            Inner::Elected { hold, .. } => hold.lock().ok().map(|mut h| f(&mut h)),
+            Inner::Elected { hold, .. } => Some(f(&mut hold.locked())),
         }
     }
 }

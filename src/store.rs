@@ -7,6 +7,7 @@ use crate::backoff::BackoffPolicy;
 use crate::classify::{Classifier, Verdict};
 use crate::metrics::{ErrorLabels, KindLabels, KindStateLabels, Metrics};
 use crate::profile::Profile;
+use crate::sync::RwLockExt;
 use crate::view::{PauseState, ResourceKey, ResourceView};
 use kube::api::DynamicObject;
 use std::collections::{HashMap, HashSet};
@@ -146,9 +147,7 @@ impl Store {
         let Some(rv) = resource_version else {
             return;
         };
-        let Ok(mut inner) = self.inner.write() else {
-            return;
-        };
+        let mut inner = self.inner.write_locked();
         if let Some(e) = inner.entries.get_mut(key)
             && let Author::Remedy { at } = self.own.author(key, &e.view.resource_version)
         {
@@ -206,9 +205,7 @@ impl Store {
     }
 
     pub fn upsert(&self, key: ResourceKey, entry: Entry) {
-        let Ok(mut inner) = self.inner.write() else {
-            return;
-        };
+        let mut inner = self.inner.write_locked();
         let old = inner.entries.get(&key).cloned();
         if let Some(o) = &old {
             Self::count(&mut inner, &key.kind, o.state(), -1);
@@ -221,7 +218,7 @@ impl Store {
     }
 
     pub fn remove(&self, key: &ResourceKey) -> Option<Entry> {
-        let mut inner = self.inner.write().ok()?;
+        let mut inner = self.inner.write_locked();
         let old = inner.entries.remove(key)?;
         self.own.forget(key);
         Self::count(&mut inner, &key.kind, old.state(), -1);
@@ -233,41 +230,35 @@ impl Store {
     /// After a relist: drop entries of `kind` (in `namespace`, if given) not
     /// seen in the new list — deletes missed while the watch was down.
     pub fn retain_seen(&self, kind: &str, namespace: Option<&str>, seen: &HashSet<ResourceKey>) {
-        let stale: Vec<ResourceKey> = match self.inner.read() {
-            Ok(inner) => inner
-                .entries
-                .keys()
-                .filter(|k| k.kind.as_ref() == kind)
-                .filter(|k| namespace.is_none_or(|ns| k.namespace.as_ref() == ns))
-                .filter(|k| !seen.contains(*k))
-                .cloned()
-                .collect(),
-            Err(_) => return,
-        };
+        let stale: Vec<ResourceKey> = self
+            .inner
+            .read_locked()
+            .entries
+            .keys()
+            .filter(|k| k.kind.as_ref() == kind)
+            .filter(|k| namespace.is_none_or(|ns| k.namespace.as_ref() == ns))
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
         for k in stale {
             self.remove(&k);
         }
     }
 
     pub fn mark_synced(&self, stream: &str) {
-        if let Ok(mut inner) = self.inner.write() {
-            inner.synced.insert(stream.to_string());
-        }
+        self.inner.write_locked().synced.insert(stream.to_string());
     }
 
     pub fn is_synced(&self, stream: &str) -> bool {
-        self.inner
-            .read()
-            .map(|i| i.synced.contains(stream))
-            .unwrap_or(false)
+        self.inner.read_locked().synced.contains(stream)
     }
 
     pub fn get(&self, key: &ResourceKey) -> Option<Entry> {
-        self.inner.read().ok()?.entries.get(key).cloned()
+        self.inner.read_locked().entries.get(key).cloned()
     }
 
     pub fn len(&self) -> usize {
-        self.inner.read().map(|i| i.entries.len()).unwrap_or(0)
+        self.inner.read_locked().entries.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -276,10 +267,8 @@ impl Store {
 
     /// Visits every entry under one read lock (no cloning of the fleet).
     pub fn for_each(&self, mut f: impl FnMut(&ResourceKey, &Entry)) {
-        if let Ok(inner) = self.inner.read() {
-            for (k, e) in &inner.entries {
-                f(k, e);
-            }
+        for (k, e) in &self.inner.read_locked().entries {
+            f(k, e);
         }
     }
 

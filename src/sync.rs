@@ -3,7 +3,7 @@
 //! on (or quietly returning nothing, as `lock().ok()` would) could act on
 //! it. The process exits with the cause and Kubernetes restarts it.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Exit code of a process that found shared state poisoned.
 pub const POISONED_EXIT: i32 = 70;
@@ -15,19 +15,31 @@ pub trait LockExt<T> {
 
 impl<T> LockExt<T> for Mutex<T> {
     fn locked(&self) -> MutexGuard<'_, T> {
-        match self.lock() {
-            Ok(g) => g,
-            Err(_) => {
-                tracing::error!(
-                    type_name = std::any::type_name::<T>(),
-                    "a lock was poisoned by a panicking task: exiting, the state may be half-written"
-                );
-                eprintln!(
-                    "remedy: fatal: lock on {} poisoned by a panicking task",
-                    std::any::type_name::<T>()
-                );
-                std::process::exit(POISONED_EXIT)
-            }
-        }
+        self.lock().unwrap_or_else(|_| poisoned::<T>())
     }
+}
+
+pub trait RwLockExt<T> {
+    fn read_locked(&self) -> RwLockReadGuard<'_, T>;
+    fn write_locked(&self) -> RwLockWriteGuard<'_, T>;
+}
+
+impl<T> RwLockExt<T> for RwLock<T> {
+    fn read_locked(&self) -> RwLockReadGuard<'_, T> {
+        self.read().unwrap_or_else(|_| poisoned::<T>())
+    }
+
+    fn write_locked(&self) -> RwLockWriteGuard<'_, T> {
+        self.write().unwrap_or_else(|_| poisoned::<T>())
+    }
+}
+
+fn poisoned<T>() -> ! {
+    let type_name = std::any::type_name::<T>();
+    tracing::error!(
+        type_name,
+        "a lock was poisoned by a panicking task: exiting, the state may be half-written"
+    );
+    eprintln!("remedy: fatal: lock on {type_name} poisoned by a panicking task");
+    std::process::exit(POISONED_EXIT)
 }

@@ -20,6 +20,7 @@ mod listener;
 mod otlp;
 mod provider_rules;
 mod rbac;
+mod release_after_outage;
 mod remediate;
 mod signals_auth;
 mod signals_verify;
