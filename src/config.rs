@@ -639,6 +639,14 @@ impl Config {
                     "must not be empty",
                 ));
             }
+            // Rules are looked up by alertname and the first one wins, so a
+            // later rule of the same name would be silently ignored.
+            if self.alerts[..i].iter().any(|o| o.alertname == a.alertname) {
+                return Err(ConfigError::invalid(
+                    format!("alerts[{i}].alertname"),
+                    format!("duplicate alert {:?}", a.alertname),
+                ));
+            }
         }
         let le = &self.leader_election;
         if le.enabled && (le.lease_name.is_empty() || le.namespace.is_empty()) {
@@ -931,6 +939,34 @@ alerts:
             let e = err(yaml).to_string();
             assert!(e.contains(want), "{yaml}: {e} does not mention {want}");
         }
+    }
+
+    #[test]
+    fn a_duplicate_alertname_is_rejected_by_name() {
+        // Lookups by alertname take the first rule, so a second rule of the
+        // same name would be silently ignored.
+        let yaml = |names: &[&str]| {
+            let alerts: Vec<String> = names
+                .iter()
+                .map(|n| format!("{{alertname: {n}}}"))
+                .collect();
+            format!(
+                "signals: {{prometheus_url: 'http://127.0.0.1:9090'}}\nalerts: [{}]\n",
+                alerts.join(", ")
+            )
+        };
+        let ok = Config::from_yaml(&yaml(&["A", "B", "a"]))
+            .unwrap()
+            .validate()
+            .expect("distinct names (case matters, as in Alertmanager) are valid");
+        assert_eq!(ok.config.alerts.len(), 3);
+        let e = err(&yaml(&["A", "B", "A"]));
+        assert_eq!(e.label(), "invalid");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("`alerts[2].alertname`") && msg.contains("duplicate alert \"A\""),
+            "{msg}"
+        );
     }
 
     #[test]

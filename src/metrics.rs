@@ -1,5 +1,6 @@
-//! Every metric remedy exports, in one registry. Names follow DESIGN.md;
-//! prometheus-client appends `_total` to counters and unit suffixes itself.
+//! Every metric remedy exports, in one registry. Names follow the README's
+//! "Metrics" section; prometheus-client appends `_total` to counters and unit
+//! suffixes itself (docs/upstream-behaviour.md, "prometheus-client 0.26 naming").
 //! Per-resource series are bounded by `max_resource_series`.
 
 use crate::view::ResourceKey;

@@ -363,7 +363,7 @@ pub struct Verifier {
     /// Names of Prometheus' external labels, refreshed every
     /// `EXTERNAL_LABELS_TTL`. Alerts carry them but the local ALERTS series
     /// do not, so matching them there would find nothing and wrongly read as
-    /// cleared (FACTS.md).
+    /// cleared (docs/upstream-behaviour.md, "Prometheus: is an alert cleared?").
     external_labels: Mutex<Option<(std::time::Instant, Arc<BTreeSet<String>>)>>,
     metrics: Arc<Metrics>,
     health: Arc<SignalHealth>,

@@ -2,7 +2,8 @@
 //! (payload version "4"). The body is untrusted: it is authenticated, size
 //! bounded and fully validated before anything is remembered or forwarded.
 //! The answer is fast and the work asynchronous, because Alertmanager waits
-//! for us and retries 5xx (FACTS.md).
+//! for us and retries 5xx (docs/upstream-behaviour.md, "Alertmanager
+//! webhook retries").
 
 use super::dedupe::{Dedupe, Verdict};
 use super::{AlertEvent, AlertStatus, SignalError, valid_label_name};
@@ -340,7 +341,9 @@ impl Tokens {
 
 /// The token file and the tokens read from it. Alertmanager's side reads
 /// the same Secret, so when the Secret rotates, remedy must follow without a
-/// restart: a 401 is not retried and the notification is lost (FACTS.md).
+/// restart: a 401 is not retried before the next group_interval, and a
+/// resolved notification may never come again (docs/upstream-behaviour.md,
+/// "Alertmanager webhook retries").
 #[derive(Debug)]
 pub struct TokenStore {
     path: Option<PathBuf>,

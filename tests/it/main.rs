@@ -1,5 +1,7 @@
 //! Integration tests against a real kube-apiserver + etcd (`testenv/`), one
-//! test binary so the cluster is started once and every helper is used.mod admission;
+//! test binary so the cluster is started once and every helper is used.
+
+mod admission;
 mod alert_loop;
 mod cli;
 mod crds;
