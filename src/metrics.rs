@@ -310,6 +310,9 @@ pub mod values {
     /// `episodes::Refusal::label`.
     pub const REFUSALS: &[&str] = &["cluster_wide", "full", "unproven", "over_cap"];
     pub const TLS_RELOADS: &[&str] = &["reloaded", "error"];
+    pub const TOKEN_RELOADS: &[&str] = &["reloaded", "error"];
+    /// `server.rs` `count_timeout`.
+    pub const HTTP_TIMEOUTS: &[&str] = &["handshake", "header", "idle"];
     pub const RECORD_WRITERS: &[&str] = &["webhook", "leader"];
     /// `record::RecordError::label` of what a write can return, and ok.
     pub const RECORD_RESULTS: &[&str] = &["ok", "conflict", "too_large", "forbidden", "error"];
@@ -656,6 +659,20 @@ impl Metrics {
                     .get_or_create(&ResultLabels { result })
                     .inc_by(0);
             }
+        }
+        // The token file is reloaded only when the webhook has one.
+        if known.webhook {
+            for &result in TOKEN_RELOADS {
+                self.token_reloads
+                    .get_or_create(&ResultLabels { result })
+                    .inc_by(0);
+            }
+        }
+        // The listener always runs.
+        for &timeout in HTTP_TIMEOUTS {
+            self.http_timeouts
+                .get_or_create(&TimeoutLabels { timeout })
+                .inc_by(0);
         }
     }
 
@@ -1011,6 +1028,8 @@ mod tests {
             r#"remedy_releases_total{kind="Machine"}"#,
             r#"remedy_episodes_refused_total{alert="CloudAPIDegraded",reason="over_cap"}"#,
             r#"remedy_episode_record_writes_total{writer="webhook",result="conflict"}"#,
+            r#"remedy_webhook_token_reloads_total{result="error"}"#,
+            r#"remedy_http_connection_timeouts_total{timeout="handshake"}"#,
         ] {
             assert_eq!(value(&t, series), Some(0.0), "{series} in\n{t}");
         }
