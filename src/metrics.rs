@@ -804,6 +804,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
 
     /// Minimal OpenMetrics text parser: sample name+labels → value.
     fn samples(text: &str) -> Vec<(String, f64)> {
@@ -1125,6 +1126,299 @@ mod tests {
                     .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                     .any(|w| w == v);
                 assert!(listed, "README row of {metric} does not list {v}: {row}");
+            }
+        }
+    }
+
+    /// A documented label: its name and, when the README enumerates them
+    /// (`label=a\|b`), its values.
+    type DocLabels = BTreeMap<String, Option<BTreeSet<String>>>;
+
+    /// The README's metric table: metric name → (type, labels).
+    fn readme_table() -> BTreeMap<String, (String, DocLabels)> {
+        let readme = include_str!("../README.md");
+        let (_, section) = readme
+            .split_once("\n## Metrics\n")
+            .expect("README has a Metrics section");
+        let section = section.split("\n## ").next().unwrap_or(section);
+        let mut table = BTreeMap::new();
+        for row in section.lines().filter(|l| l.starts_with("| `")) {
+            // `\|` separates enumerated values inside a cell.
+            let row = row.replace("\\|", "\u{1}");
+            let cols: Vec<&str> = row.split('|').map(str::trim).collect();
+            let [_, names, kind, labels, _] = cols[..] else {
+                panic!("README metric row without 3 columns: {row}");
+            };
+            let kind = without_parentheses(kind).trim().to_string();
+            let mut doc = DocLabels::new();
+            for label in without_parentheses(labels).split(',').map(str::trim) {
+                if label.is_empty() {
+                    continue;
+                }
+                let (name, values) = match label.split_once('=') {
+                    Some((n, v)) => (n, Some(v.split('\u{1}').map(String::from).collect())),
+                    None => (label, None),
+                };
+                // Prose outside parentheses would be read as a label.
+                assert!(
+                    !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                    "README row {row}: {name:?} is not a label name (explanations go in parentheses)"
+                );
+                doc.insert(name.to_string(), values);
+            }
+            let names: Vec<&str> = names.split('`').skip(1).step_by(2).collect();
+            assert!(!names.is_empty(), "README row names no metric: {row}");
+            for name in names {
+                let old = table.insert(name.to_string(), (kind.clone(), doc.clone()));
+                assert!(old.is_none(), "{name} is in the README table twice");
+            }
+        }
+        table
+    }
+
+    fn without_parentheses(s: &str) -> String {
+        let mut depth = 0usize;
+        let mut out = String::new();
+        for c in s.chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth = depth.saturating_sub(1),
+                c if depth == 0 => out.push(c),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// An exposed family: type, and the values seen of each label.
+    #[derive(Debug, Default)]
+    struct Exposed {
+        kind: String,
+        samples: usize,
+        labels: BTreeMap<String, BTreeSet<String>>,
+    }
+
+    /// Families of an exposition, under the name the README uses for them
+    /// (OpenMetrics types counters and infos without their sample suffix).
+    fn exposed(text: &str, format: Format) -> BTreeMap<String, Exposed> {
+        let mut out: BTreeMap<String, Exposed> = BTreeMap::new();
+        let mut current = String::new();
+        for line in text.lines() {
+            if let Some(t) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = t.split_once(' ').expect("# TYPE name type");
+                current = match (format, kind) {
+                    (Format::OpenMetrics, "counter") => format!("{name}_total"),
+                    (Format::OpenMetrics, "info") => format!("{name}_info"),
+                    _ => name.to_string(),
+                };
+                let old = out.insert(
+                    current.clone(),
+                    Exposed {
+                        kind: kind.to_string(),
+                        ..Exposed::default()
+                    },
+                );
+                assert!(old.is_none(), "{current} typed twice");
+                continue;
+            }
+            if line.starts_with('#') || line.is_empty() {
+                continue;
+            }
+            let family = out.get_mut(&current).expect("a sample after its # TYPE");
+            family.samples += 1;
+            let Some((_, rest)) = line.split_once('{') else {
+                continue;
+            };
+            let (labels, _) = rest.rsplit_once('}').expect("closed label set");
+            // Label values here are plain (no `",` inside them).
+            for pair in labels.split("\",").filter(|p| !p.is_empty()) {
+                let (k, v) = pair.split_once("=\"").expect("label=\"value\"");
+                if k == "le" && family.kind == "histogram" {
+                    continue;
+                }
+                family
+                    .labels
+                    .entry(k.to_string())
+                    .or_default()
+                    .insert(v.trim_end_matches('"').to_string());
+            }
+        }
+        out
+    }
+
+    /// The label values the code writes, where they are a table (or an
+    /// enum's labels) and not pre-set: what the README must enumerate.
+    fn code_values(metric: &str, label: &str) -> Option<Vec<&'static str>> {
+        use crate::budget::WaitReason;
+        use crate::domains::DomainBy;
+        let v = match (metric, label) {
+            ("remedy_outage_breaker_open", "scope") => [
+                DomainBy::Cluster,
+                DomainBy::Kind,
+                DomainBy::Namespace,
+                DomainBy::Label(String::new()),
+                DomainBy::Field(String::new()),
+            ]
+            .iter()
+            .map(DomainBy::label)
+            .collect(),
+            // engine/plan.rs: decide's wait reasons, "settle" (held for an
+            // alert not yet verified cleared) and "retry".
+            ("remedy_waiting_resources", "reason") => {
+                let mut v: Vec<_> = [WaitReason::Breaker, WaitReason::Backoff, WaitReason::Budget]
+                    .iter()
+                    .map(WaitReason::label)
+                    .collect();
+                v.extend(["settle", "retry"]);
+                v
+            }
+            ("remedy_actions_total", "action") => values::ACTIONS.to_vec(),
+            ("remedy_actions_total", "result") => values::ACTION_RESULTS.to_vec(),
+            ("remedy_webhook_notifications_total", "status") => values::WEBHOOK_STATUSES.to_vec(),
+            ("remedy_webhook_notifications_total", "result") => values::WEBHOOK_RESULTS.to_vec(),
+            ("remedy_episodes_refused_total", "reason") => values::REFUSALS.to_vec(),
+            ("remedy_signal_queries_total", "target") => {
+                vec![crate::signals::PROMETHEUS, crate::signals::ALERTMANAGER]
+            }
+            ("remedy_signal_queries_total", "result") => values::SIGNAL_RESULTS.to_vec(),
+            ("remedy_watch_events_total", "type") => values::WATCH_TYPES.to_vec(),
+            ("remedy_tls_reloads_total", "result") => values::TLS_RELOADS.to_vec(),
+            ("remedy_episode_record_writes_total", "writer") => values::RECORD_WRITERS.to_vec(),
+            ("remedy_episode_record_writes_total", "result") => values::RECORD_RESULTS.to_vec(),
+            _ => return None,
+        };
+        Some(v)
+    }
+
+    /// Every metric the README's table lists is exposed with the documented
+    /// type and label names, nothing exposed is missing from it, and
+    /// enumerated label values are exactly what the code pre-sets or writes.
+    #[test]
+    fn readme_metric_table_matches_the_registry() {
+        use crate::classify::{Classifier, default_rules};
+        use crate::signals::{ALERTMANAGER, PROMETHEUS};
+        let doc = readme_table();
+        assert!(doc.len() > 20, "README table not found: {doc:?}");
+
+        // Everything configured, so every preset is made.
+        let m = std::sync::Arc::new(Metrics::new(10));
+        m.preset(&Known {
+            kinds: vec!["OpenStackMachine".into()],
+            alerts: vec!["CloudAPIDegraded".into()],
+            signal_targets: vec![PROMETHEUS, ALERTMANAGER],
+            webhook: true,
+            tls: true,
+            record: true,
+        });
+        // The store pre-sets the per-kind gauges (remedy_resources by state).
+        let _store = crate::store::Store::new(
+            vec![crate::profile::builtin("openstack-machine").expect("builtin profile")],
+            Classifier::new(&default_rules()).expect("default rules"),
+            crate::backoff::BackoffPolicy::default(),
+            m.clone(),
+        );
+        let preset = exposed(
+            &m.encode_as(Format::Text004).expect("encode"),
+            Format::Text004,
+        );
+
+        // One series in every family nothing pre-sets, through the label
+        // structs the code writes with, so their label names are exposed.
+        let key = ResourceKey::new("OpenStackMachine", "ns", "m-1");
+        m.set_resource(&key, 1, 60.0);
+        let errors = ErrorLabels {
+            namespace: "ns".into(),
+            kind: "OpenStackMachine".into(),
+            reason: "server_error".into(),
+        };
+        m.transient_errors.get_or_create(&errors).inc();
+        m.terminal_errors.get_or_create(&errors).inc();
+        let scope = ScopeLabels {
+            scope: crate::domains::DomainBy::Cluster.label(),
+            domain: "cluster".into(),
+        };
+        m.breaker_open.get_or_create(&scope).set(1);
+        m.release_pace.get_or_create(&scope).set(1.0);
+        m.waiting
+            .get_or_create(&KindReasonLabels {
+                kind: "OpenStackMachine".into(),
+                reason: crate::budget::WaitReason::Budget.label(),
+            })
+            .set(1);
+        m.action_duration
+            .get_or_create(&ActionKindLabels { action: "hold" })
+            .observe(0.1);
+        m.watch_synced
+            .get_or_create(&KindLabels {
+                kind: "OpenStackMachine".into(),
+            })
+            .set(1);
+
+        for format in [Format::OpenMetrics, Format::Text004] {
+            let got = exposed(&m.encode_as(format).expect("encode"), format);
+            let documented: BTreeSet<_> = doc.keys().collect();
+            let exposed_names: BTreeSet<_> = got.keys().collect();
+            let undocumented: Vec<_> = exposed_names.difference(&documented).collect();
+            let missing: Vec<_> = documented.difference(&exposed_names).collect();
+            assert!(
+                undocumented.is_empty() && missing.is_empty(),
+                "{format:?}: exposed, not in the README table: {undocumented:?}; in the table, not exposed: {missing:?}"
+            );
+            for (name, (kind, labels)) in &doc {
+                let e = &got[name];
+                // Text 0.0.4 has no info type: an info is a gauge there.
+                let want = match (format, kind.as_str()) {
+                    (Format::Text004, "info") => "gauge",
+                    _ => kind,
+                };
+                assert_eq!(e.kind, want, "{format:?}: type of {name}");
+                if !labels.is_empty() {
+                    assert!(e.samples > 0, "{name} has no series: set one in this test");
+                }
+                let names: BTreeSet<_> = e.labels.keys().collect();
+                assert_eq!(
+                    names,
+                    labels.keys().collect(),
+                    "{format:?}: label names of {name}, exposed (left) and documented (right)"
+                );
+                for (label, seen) in &e.labels {
+                    if let Some(Some(values)) = labels.get(label) {
+                        let undocumented: Vec<_> = seen.difference(values).collect();
+                        assert!(
+                            undocumented.is_empty(),
+                            "{name}{{{label}}}: {undocumented:?} exposed, not in the README"
+                        );
+                    }
+                }
+            }
+        }
+
+        // Enumerated values: exactly what is pre-set, or what the code's
+        // table holds where nothing pre-sets them.
+        for (name, (_, labels)) in &doc {
+            for (label, values) in labels {
+                let Some(values) = values else { continue };
+                let want: BTreeSet<String> = values.clone();
+                let mut checked = false;
+                if let Some(seen) = preset.get(name).and_then(|e| e.labels.get(label)) {
+                    assert_eq!(
+                        seen, &want,
+                        "{name}{{{label}}}: pre-set (left) and README (right) values differ"
+                    );
+                    checked = true;
+                }
+                if let Some(code) = code_values(name, label) {
+                    let code: BTreeSet<String> = code.into_iter().map(String::from).collect();
+                    assert_eq!(
+                        code, want,
+                        "{name}{{{label}}}: the code's values (left) and README (right) differ"
+                    );
+                    checked = true;
+                }
+                assert!(
+                    checked,
+                    "{name}{{{label}}}: the README enumerates values nothing in the code lists; add them to `values` or pre-set them"
+                );
             }
         }
     }
