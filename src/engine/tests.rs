@@ -249,6 +249,44 @@ async fn a_verified_episode_remediates_its_targets_once_and_not_later_failures()
     );
 }
 
+/// `remedy_releases_total` is "held resources released": a remediation
+/// is counted by its actions, not as a release.
+#[tokio::test]
+async fn remedy_releases_total_counts_releases_not_remediations() {
+    let releases = |e: &Engine| {
+        e.metrics
+            .releases
+            .get_or_create(&crate::metrics::KindLabels {
+                kind: "OpenStackMachine".into(),
+            })
+            .get()
+    };
+    let mut c = cfg();
+    c.breaker.min_resources = 1000;
+    let (e, store) = engine(&c, true);
+    store.apply(0, &osm("a", true, json!({})));
+    e.handle(&alert(AlertStatus::Firing));
+    e.handle(&alert(AlertStatus::Resolved));
+    {
+        let mut st = e.state.lock().unwrap();
+        let scope = st.episodes.map().keys().next().unwrap().clone();
+        st.episodes.get_mut(&scope).unwrap().verified_at = Some(Utc::now());
+    }
+    e.tick().await;
+    assert_eq!(pending(&e), vec![("a".into(), "remediate")]);
+    assert_eq!(releases(&e), 0, "a remediation counted as a release");
+
+    // A breaker hold released once the breaker has closed is one.
+    let (e, store) = engine(&releasing_cfg(), true);
+    store.apply(0, &held_osm("h", false, BREAKER_REASON));
+    for i in 0..20 {
+        store.apply(0, &osm(&format!("ok{i}"), false, json!({})));
+    }
+    tick_until_queued(&e, 1).await;
+    assert_eq!(pending(&e), vec![("h".into(), "release")]);
+    assert_eq!(releases(&e), 1);
+}
+
 #[tokio::test]
 async fn refused_notifications_change_nothing_and_are_counted() {
     let mut c = cfg();
