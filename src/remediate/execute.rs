@@ -384,3 +384,87 @@ impl Executor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER, builtin};
+    use axum::response::IntoResponse;
+    use serde_json::json;
+
+    /// An apiserver that answers every GET with `obj` and refuses any
+    /// write; it logs the requests it saw.
+    async fn fake_apiserver(
+        obj: serde_json::Value,
+    ) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+            let (log, obj) = (log.clone(), obj.clone());
+            async move {
+                log.lock()
+                    .unwrap()
+                    .push(format!("{} {}", req.method(), req.uri().path()));
+                if req.method() == axum::http::Method::GET {
+                    axum::Json(obj).into_response()
+                } else {
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response()
+                }
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}"), seen)
+    }
+
+    /// Leadership lost before a write: counted as `not_leader` (what the
+    /// README documents), not `skipped`, and nothing is written.
+    #[tokio::test]
+    async fn a_write_without_leadership_counts_not_leader() {
+        let record = serde_json::to_string(&HoldRecord {
+            since: chrono::Utc::now(),
+            reason: "breaker".into(),
+            crash_count: 1,
+            value: None,
+        })
+        .unwrap();
+        let held = json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackMachine",
+            "metadata": {"name": "m", "namespace": "ns", "resourceVersion": "1",
+                         "annotations": {CAPI_PAUSED: PAUSE_MARKER, HOLD_ANNOTATION: record}},
+            "status": {"instanceState": "ACTIVE"}
+        });
+        let (url, seen) = fake_apiserver(held).await;
+        let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let metrics = Arc::new(Metrics::new(10));
+        metrics.preset(&crate::metrics::Known::default());
+        let ex = Executor::new(
+            client,
+            metrics.clone(),
+            Arc::new(WriteLimiter::new(10.0, 10)),
+            Leadership::fixed(false),
+            false,
+        );
+        let profile = builtin("openstack-machine").unwrap();
+        let key = ResourceKey::new("OpenStackMachine", "ns", "m");
+        let err = ex.run(&profile, &key, &Goal::Release).await.unwrap_err();
+        assert!(matches!(err, ExecError::NotLeader { .. }), "{err}");
+        let counted: Vec<String> = metrics
+            .encode()
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("remedy_actions_total{") && !l.ends_with(" 0"))
+            .map(String::from)
+            .collect();
+        assert_eq!(
+            counted,
+            [r#"remedy_actions_total{action="release",result="not_leader"} 1"#]
+        );
+        let seen = seen.lock().unwrap().clone();
+        assert!(
+            !seen.is_empty() && seen.iter().all(|r| r.starts_with("GET ")),
+            "{seen:?}"
+        );
+    }
+}
