@@ -54,6 +54,16 @@ pub struct Episode {
     /// `max_resources`: then it holds and remediates nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub over_cap: Option<usize>,
+    /// Made for remedy's own holds found on objects (restart, new leader):
+    /// it remediates only the objects held for it, never other failing
+    /// objects of the kind its scope names.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopted: bool,
+    /// Targets read from the episode record, not yet re-verified: when the
+    /// episode is verified again, its targets are these that are still in
+    /// its scope and failing or held for it.
+    #[serde(skip)]
+    pub carried: Option<BTreeSet<ResourceKey>>,
 }
 
 impl Episode {
@@ -69,12 +79,22 @@ impl Episode {
             fired: firing,
             targets: None,
             over_cap: None,
+            adopted: false,
+            carried: None,
         }
     }
 
     /// Remediation may act for this episode now.
     pub fn remediates(&self) -> bool {
         !self.firing && self.fired && self.verified_at.is_some() && self.over_cap.is_none()
+    }
+
+    /// Firing, or remediations still to do: never evicted or pruned, so
+    /// that what waits on a backoff is not forgotten under pressure.
+    pub fn busy(&self) -> bool {
+        self.firing
+            || self.targets.as_ref().is_some_and(|t| !t.is_empty())
+            || self.carried.as_ref().is_some_and(|t| !t.is_empty())
     }
 }
 
@@ -83,12 +103,15 @@ impl Episode {
 pub enum Refusal {
     /// The scope selects the whole fleet and the alert is not allowed to.
     ClusterWide,
-    /// Every slot holds a firing episode.
+    /// Every slot holds a firing episode, or one with remediations to do.
     Full,
     /// Resolved, and no evidence that it ever fired.
     Unproven,
     /// The scope selected more resources than `max_resources`.
     OverCap,
+    /// A scope the alert's selector cannot produce (the episode record
+    /// was edited by hand, or forged).
+    InvalidScope,
 }
 
 impl Refusal {
@@ -98,10 +121,17 @@ impl Refusal {
             Self::Full => "full",
             Self::Unproven => "unproven",
             Self::OverCap => "over_cap",
+            Self::InvalidScope => "invalid_scope",
         }
     }
 
-    pub const ALL: [Refusal; 4] = [Self::ClusterWide, Self::Full, Self::Unproven, Self::OverCap];
+    pub const ALL: [Refusal; 5] = [
+        Self::ClusterWide,
+        Self::Full,
+        Self::Unproven,
+        Self::OverCap,
+        Self::InvalidScope,
+    ];
 }
 
 /// Whether a scope selects nothing in particular: no namespace, kind,
@@ -112,6 +142,15 @@ pub fn is_cluster_wide(scope: &Scope) -> bool {
         && scope.name.is_none()
         && scope.cluster.is_none()
         && scope.match_labels.is_empty()
+}
+
+/// Whether a firing notification proves the alert fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evidence {
+    /// From the webhook, whose caller presented the token.
+    Firing,
+    /// From the episode record: Prometheus must confirm it.
+    Unproven,
 }
 
 /// The bounded set of episodes.
@@ -147,6 +186,25 @@ impl Book {
         firing: bool,
         at: DateTime<Utc>,
     ) -> Result<(), Refusal> {
+        self.notify_as(rule, scope, firing, at, Evidence::Firing)
+    }
+
+    /// A notification whose source decides whether a firing one proves
+    /// that the alert fired: the webhook's (token checked) does; one taken
+    /// from the episode record, which anyone allowed to write that
+    /// ConfigMap could have put there, does not, and Prometheus' history
+    /// must confirm it before anything is remediated.
+    pub fn notify_as(
+        &mut self,
+        rule: &AlertRule,
+        scope: &Scope,
+        firing: bool,
+        at: DateTime<Utc>,
+        evidence: Evidence,
+    ) -> Result<(), Refusal> {
+        if *scope != Scope::from_alert(rule, &scope.matchers) || !scope.is_selectable() {
+            return Err(Refusal::InvalidScope);
+        }
         if firing && !rule.allow_cluster_wide && is_cluster_wide(scope) {
             return Err(Refusal::ClusterWide);
         }
@@ -165,15 +223,51 @@ impl Book {
         let ep = self
             .episodes
             .entry(scope.clone())
-            .or_insert_with(|| Episode::new(scope, firing, at));
+            .or_insert_with(|| Episode::new(scope, false, at));
         ep.firing = firing;
-        ep.fired |= firing;
+        ep.fired |= firing && evidence == Evidence::Firing;
         ep.changed_at = at;
         ep.verified_at = None;
         ep.targets = None;
+        ep.carried = None;
         ep.over_cap = None;
         ep.from_prometheus = false;
         Ok(())
+    }
+
+    /// Episodes a new leader read from the episode record. Nothing in them
+    /// is taken on trust: scopes the configured selectors cannot produce
+    /// are dropped (returned, to be counted), and every verification and
+    /// every proof that an alert fired is made again against Prometheus
+    /// before anything is remediated. Targets are kept aside and narrowed
+    /// to what is still in scope when the episode is verified again.
+    pub fn distrust(&mut self, rules: &[AlertRule]) -> Vec<Scope> {
+        let mut dropped = Vec::new();
+        self.episodes.retain(|scope, ep| {
+            let ok = rules
+                .iter()
+                .find(|r| r.alertname == scope.alertname)
+                .is_some_and(|r| {
+                    if ep.adopted {
+                        scope
+                            .kind
+                            .as_deref()
+                            .is_some_and(|k| *scope == Scope::recovered(&scope.alertname, k))
+                    } else {
+                        *scope == Scope::from_alert(r, &scope.matchers)
+                    }
+                });
+            if !ok {
+                dropped.push(scope.clone());
+            }
+            ok
+        });
+        for ep in self.episodes.values_mut() {
+            ep.verified_at = None;
+            ep.fired = false;
+            ep.carried = ep.targets.take().or(ep.carried.take());
+        }
+        dropped
     }
 
     /// Inserts or overwrites an episode (recovery), if there is room.
@@ -193,6 +287,7 @@ impl Book {
         }
         let mut ep = Episode::new(&scope, false, at);
         ep.fired = true;
+        ep.adopted = true;
         self.episodes.insert(scope, ep);
     }
 
@@ -200,8 +295,8 @@ impl Book {
         self.episodes.remove(scope)
     }
 
-    /// Frees a slot by dropping the oldest finished episode; a firing one
-    /// is never dropped.
+    /// Frees a slot by dropping the oldest finished episode; a firing one,
+    /// or one with remediations still to do, is never dropped.
     fn make_room(&mut self) -> Result<(), Refusal> {
         if self.episodes.len() < MAX_EPISODES {
             return Ok(());
@@ -209,7 +304,7 @@ impl Book {
         let oldest = self
             .episodes
             .iter()
-            .filter(|(_, e)| !e.firing)
+            .filter(|(_, e)| !e.busy())
             .min_by_key(|(_, e)| e.changed_at)
             .map(|(s, _)| s.clone());
         match oldest {
@@ -225,7 +320,7 @@ impl Book {
     pub fn prune(&mut self, now: DateTime<Utc>) {
         self.episodes.retain(|_, e| {
             let fresh = (now - e.changed_at).to_std().is_ok_and(|d| d < EPISODE_TTL);
-            e.firing || fresh
+            e.busy() || fresh
         });
     }
 
@@ -236,14 +331,17 @@ impl Book {
     pub fn fix_targets(
         &mut self,
         max: impl Fn(&str) -> usize,
-        mut candidates: impl FnMut(&Scope) -> BTreeSet<ResourceKey>,
+        mut candidates: impl FnMut(&Scope, &Episode) -> BTreeSet<ResourceKey>,
     ) -> Vec<Scope> {
         let mut over = Vec::new();
         for (scope, e) in &mut self.episodes {
             if e.firing || !e.fired || e.verified_at.is_none() || e.targets.is_some() {
                 continue;
             }
-            let set = candidates(scope);
+            let mut set = candidates(scope, e);
+            if let Some(carried) = e.carried.take() {
+                set.retain(|k| carried.contains(k));
+            }
             if set.len() > max(&e.alertname) {
                 if e.over_cap.is_none() {
                     over.push(scope.clone());
@@ -369,11 +467,11 @@ mod tests {
         b.notify(&rule(false), &s, true, Utc::now()).unwrap();
         b.notify(&rule(false), &s, false, Utc::now()).unwrap();
         b.get_mut(&s).unwrap().verified_at = Some(Utc::now());
-        let over = b.fix_targets(|_| 3, |_| [key("a"), key("b")].into());
+        let over = b.fix_targets(|_| 3, |_, _| [key("a"), key("b")].into());
         assert!(over.is_empty());
         assert!(b.targets(&key("a")) && b.targets(&key("b")));
         // Later candidates (a new failure) do not join a fixed set.
-        b.fix_targets(|_| 3, |_| [key("c")].into());
+        b.fix_targets(|_| 3, |_, _| [key("c")].into());
         assert!(!b.targets(&key("c")));
         b.done(&key("a"));
         assert!(!b.targets(&key("a")), "remediated once");
@@ -396,10 +494,10 @@ mod tests {
         b.notify(&rule(false), &s, false, Utc::now()).unwrap();
         b.get_mut(&s).unwrap().verified_at = Some(Utc::now());
         let four: BTreeSet<_> = ["a", "b", "c", "d"].map(key).into();
-        assert_eq!(b.fix_targets(|_| 3, |_| four.clone()), vec![s.clone()]);
+        assert_eq!(b.fix_targets(|_| 3, |_, _| four.clone()), vec![s.clone()]);
         assert_eq!(b.map()[&s].over_cap, Some(4));
         assert!(!b.targets(&key("a")));
-        assert!(b.fix_targets(|_| 3, |_| four.clone()).is_empty());
+        assert!(b.fix_targets(|_| 3, |_, _| four.clone()).is_empty());
     }
 
     #[test]
@@ -413,5 +511,110 @@ mod tests {
         b.prune(Utc::now());
         assert_eq!(b.len(), 1);
         assert!(b.map().values().all(|e| e.firing));
+    }
+
+    #[test]
+    fn refusal_labels_are_the_metric_values() {
+        let labels: Vec<&str> = Refusal::ALL.iter().map(Refusal::label).collect();
+        assert_eq!(labels, crate::metrics::values::REFUSALS);
+    }
+
+    #[test]
+    fn an_episode_with_remediations_to_do_is_never_evicted_or_pruned() {
+        let mut b = Book::default();
+        let r = rule(false);
+        let old = Utc::now() - chrono::Duration::hours(2);
+        let waiting = scope(Some("W"));
+        b.notify(&r, &waiting, true, old).unwrap();
+        b.notify(&r, &waiting, false, old).unwrap();
+        b.get_mut(&waiting).unwrap().verified_at = Some(old);
+        b.fix_targets(
+            |_| 3,
+            |s, _| {
+                if *s == waiting {
+                    [key("a")].into()
+                } else {
+                    BTreeSet::new()
+                }
+            },
+        );
+        // Every other slot firing: the new firing one finds no room, and
+        // the verified episode whose remediation waits is not the victim.
+        for i in 1..MAX_EPISODES {
+            b.notify(&r, &scope(Some(&format!("K{i}"))), true, old)
+                .unwrap();
+        }
+        assert_eq!(
+            b.notify(&r, &scope(Some("junk")), true, old),
+            Err(Refusal::Full)
+        );
+        assert!(b.targets(&key("a")));
+        b.prune(Utc::now());
+        assert!(b.targets(&key("a")), "not pruned while it has work");
+        // Done: now it may go.
+        b.done(&key("a"));
+        b.notify(&r, &scope(Some("junk")), true, old).unwrap();
+        assert!(!b.map().contains_key(&waiting));
+    }
+
+    #[test]
+    fn episodes_read_from_the_record_are_proven_and_verified_again_and_forged_scopes_dropped() {
+        let r = rule(false);
+        let t = Utc::now();
+        let mut b = Book::default();
+        let real = scope(Some("K"));
+        b.notify(&r, &real, true, t).unwrap();
+        b.notify(&r, &real, false, t).unwrap();
+        b.get_mut(&real).unwrap().verified_at = Some(t);
+        b.fix_targets(|_| 3, |_, _| [key("a"), key("b")].into());
+        // A forged scope: the alert's matchers, but no kind filter.
+        let mut forged = real.clone();
+        forged.kind = None;
+        forged.matchers.insert("namespace".into(), "prod".into());
+        let mut ep = b.map()[&real].clone();
+        ep.matchers = forged.matchers.clone();
+        b.put(forged.clone(), ep).unwrap();
+        let adopted = Scope::recovered("A", "K");
+        b.adopt_hold(adopted.clone(), t);
+        let dropped = b.distrust(&[r.clone()]);
+        assert_eq!(dropped, vec![forged]);
+        let e = &b.map()[&real];
+        assert!(
+            e.verified_at.is_none() && !e.fired,
+            "proof and verification again"
+        );
+        assert!(!b.targets(&key("a")), "nothing to remediate until then");
+        assert!(
+            b.map().contains_key(&adopted),
+            "an adopted scope has its own form"
+        );
+        // Verified again later: the carried targets, narrowed to what is
+        // still in scope now.
+        let e = b.get_mut(&real).unwrap();
+        e.fired = true;
+        e.verified_at = Some(t);
+        b.fix_targets(
+            |_| 3,
+            |s, _| {
+                if *s == real {
+                    [key("b"), key("c")].into()
+                } else {
+                    BTreeSet::new()
+                }
+            },
+        );
+        assert!(b.targets(&key("b")));
+        assert!(!b.targets(&key("a")) && !b.targets(&key("c")));
+        // A notification taken from the record is no proof that it fired.
+        let mut b = Book::default();
+        b.notify_as(&r, &scope(Some("J")), true, t, Evidence::Unproven)
+            .unwrap();
+        assert!(b.map()[&scope(Some("J"))].firing && !b.map()[&scope(Some("J"))].fired);
+        let mut bad = scope(Some("J"));
+        bad.kind = None;
+        assert_eq!(
+            b.notify_as(&r, &bad, true, t, Evidence::Unproven),
+            Err(Refusal::InvalidScope)
+        );
     }
 }

@@ -144,6 +144,12 @@ pub struct RecordLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShedLabels {
+    /// finished | unproven | corrupt
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EpisodeLabels {
     /// Not `alertname`: Prometheus would overwrite it with the name of the
     /// alert rule that fires on this metric.
@@ -308,7 +314,14 @@ pub mod values {
         "error",
     ];
     /// `episodes::Refusal::label`.
-    pub const REFUSALS: &[&str] = &["cluster_wide", "full", "unproven", "over_cap"];
+    /// `episodes::Refusal::label`, in `Refusal::ALL` order (a test checks).
+    pub const REFUSALS: &[&str] = &[
+        "cluster_wide",
+        "full",
+        "unproven",
+        "over_cap",
+        "invalid_scope",
+    ];
     pub const TLS_RELOADS: &[&str] = &["reloaded", "error"];
     pub const TOKEN_RELOADS: &[&str] = &["reloaded", "error"];
     /// `server.rs` `count_timeout`.
@@ -316,6 +329,8 @@ pub mod values {
     pub const RECORD_WRITERS: &[&str] = &["webhook", "leader"];
     /// `record::RecordError::label` of what a write can return, and ok.
     pub const RECORD_RESULTS: &[&str] = &["ok", "conflict", "too_large", "forbidden", "error"];
+    /// `record::Shed::label`: what was dropped to keep the record writable.
+    pub const RECORD_SHED: &[&str] = &["finished", "unproven", "corrupt"];
 }
 
 /// What the configuration says remedy will export, for [`Metrics::preset`].
@@ -390,6 +405,7 @@ pub struct Metrics {
     pub token_reloads: Family<ResultLabels, Counter>,
     pub record_writes: Family<RecordLabels, Counter>,
     pub record_bytes: Gauge,
+    pub record_shed: Family<ShedLabels, Counter>,
     pub http_connections: Gauge,
     pub http_connections_refused: Counter,
     pub http_timeouts: Family<TimeoutLabels, Counter>,
@@ -430,6 +446,7 @@ impl Metrics {
             token_reloads: Family::default(),
             record_writes: Family::default(),
             record_bytes: Gauge::default(),
+            record_shed: Family::default(),
             http_connections: Gauge::default(),
             http_connections_refused: Counter::default(),
             http_timeouts: Family::default(),
@@ -573,6 +590,11 @@ impl Metrics {
             m.record_bytes.clone(),
         );
         r.register(
+            "remedy_episode_record_shed",
+            "Entries dropped to keep the episode record writable: finished or unproven episodes over its size bound, or a corrupt record rewritten",
+            m.record_shed.clone(),
+        );
+        r.register(
             "remedy_http_connections",
             "Open connections to the listener",
             m.http_connections.clone(),
@@ -645,6 +667,11 @@ impl Metrics {
             }
         }
         if known.record {
+            for &reason in RECORD_SHED {
+                self.record_shed
+                    .get_or_create(&ShedLabels { reason })
+                    .inc_by(0);
+            }
             for &writer in RECORD_WRITERS {
                 for &result in RECORD_RESULTS {
                     self.record_writes
@@ -1285,6 +1312,7 @@ mod tests {
             ("remedy_tls_reloads_total", "result") => values::TLS_RELOADS.to_vec(),
             ("remedy_episode_record_writes_total", "writer") => values::RECORD_WRITERS.to_vec(),
             ("remedy_episode_record_writes_total", "result") => values::RECORD_RESULTS.to_vec(),
+            ("remedy_episode_record_shed_total", "reason") => values::RECORD_SHED.to_vec(),
             _ => return None,
         };
         Some(v)

@@ -9,6 +9,9 @@ use std::collections::BTreeMap;
 /// Resource label CAPI puts on every object of a workload cluster.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
+/// The longest value a scope may select on: a Kubernetes object name.
+pub const MAX_VALUE_BYTES: usize = 253;
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scope {
@@ -61,6 +64,18 @@ impl Scope {
             match_labels: BTreeMap::new(),
             matchers: BTreeMap::new(),
         }
+    }
+
+    /// Whether every value the scope selects on could name a Kubernetes
+    /// object: at most 253 bytes (a name's limit; namespaces, kinds and
+    /// label values are shorter still). A longer one selects nothing, and
+    /// kept in the episode record it would only take room from real ones.
+    pub fn is_selectable(&self) -> bool {
+        [&self.namespace, &self.kind, &self.name, &self.cluster]
+            .into_iter()
+            .flatten()
+            .chain(self.matchers.values())
+            .all(|v| v.len() <= MAX_VALUE_BYTES)
     }
 
     pub fn matches(&self, key: &ResourceKey, view: &ResourceView) -> bool {

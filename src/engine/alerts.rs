@@ -2,6 +2,7 @@
 //! after a restart, and verification before anything is remediated.
 
 use super::*;
+use crate::episodes::Evidence;
 
 impl Engine {
     /// Records an alert notification. Firing cancels queued remediation in
@@ -18,11 +19,23 @@ impl Engine {
             &scope,
             ev.status == AlertStatus::Firing,
             ev.received_at,
+            Evidence::Firing,
         );
     }
 
-    pub(super) fn notify(&self, rule: &AlertRule, scope: &Scope, firing: bool, at: DateTime<Utc>) {
-        let result = self.state.locked().episodes.notify(rule, scope, firing, at);
+    pub(super) fn notify(
+        &self,
+        rule: &AlertRule,
+        scope: &Scope,
+        firing: bool,
+        at: DateTime<Utc>,
+        evidence: Evidence,
+    ) {
+        let result = self
+            .state
+            .locked()
+            .episodes
+            .notify_as(rule, scope, firing, at, evidence);
         if let Err(why) = result {
             self.refused(&rule.alertname, why);
             tracing::warn!(alert = %rule.alertname, firing, matchers = ?scope.matchers, reason = why.label(), "alert notification refused: nothing changes");

@@ -308,7 +308,7 @@ impl Engine {
                 .find(|a| a.alertname == alert)
                 .map_or(0, |a| a.max_resources.min(room))
         };
-        let over = st.episodes.fix_targets(max, |scope| {
+        let over = st.episodes.fix_targets(max, |scope, episode| {
             let mut set = std::collections::BTreeSet::new();
             store.for_each(|key, e| {
                 if !scope.matches(key, &e.view) || e.view.deleting {
@@ -318,7 +318,10 @@ impl Engine {
                     if r.strip_prefix(ALERT_PREFIX) == Some(scope.alertname.as_str()));
                 let failing = matches!(e.verdict, Verdict::Transient { .. })
                     && profiles.get(e.profile).is_some_and(|p| has_work(p, e));
-                if held_for_it || (failing && e.view.pause == PauseState::NotPaused) {
+                // An episode adopted from remedy's own holds knows nothing
+                // of the alert's real scope: only what it holds is its own.
+                let unheld = !episode.adopted && failing && e.view.pause == PauseState::NotPaused;
+                if held_for_it || unheld {
                     set.insert(key.clone());
                 }
             });

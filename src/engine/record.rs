@@ -2,6 +2,7 @@
 //! from it and writes its episodes back.
 
 use super::*;
+use crate::episodes::Evidence;
 
 /// The episode record and the name this replica writes it under.
 pub(super) struct RecordLink {
@@ -28,20 +29,29 @@ impl Engine {
         if let Err(e) = &read {
             tracing::warn!(error = %e, label = e.label(), record = link.api.name(), "cannot read the episode record");
         }
+        let mut forged = Vec::new();
         let up = {
             let mut st = self.state.locked();
             let up = st.record.read(leader, read);
-            if let Some(book) = up.replace {
+            if let Some(mut book) = up.replace {
+                if up.covered {
+                    // Leading from what the record says: re-check all of it.
+                    forged = book.distrust(&self.alerts);
+                }
                 st.episodes = book;
             }
             if up.covered {
                 tracing::info!(
                     episodes = st.episodes.len(),
-                    "leading: alert episodes taken from the episode record"
+                    "leading: alert episodes taken from the episode record, to be verified again"
                 );
             }
             (up.covered, up.fold)
         };
+        for scope in forged {
+            self.refused(&scope.alertname, Refusal::InvalidScope);
+            tracing::warn!(alert = %scope.alertname, ?scope, "episode record holds a scope the alert's selector cannot produce: dropped");
+        }
         let (covered, fold) = up;
         if covered {
             self.with_schedule(|s| s.covered(leader));
@@ -53,7 +63,7 @@ impl Engine {
                 .iter()
                 .find(|a| a.alertname == n.scope.alertname)
             {
-                self.notify(rule, &n.scope, n.firing, n.at);
+                self.notify(rule, &n.scope, n.firing, n.at, Evidence::Unproven);
             }
             {
                 let mut st = self.state.locked();
@@ -70,11 +80,23 @@ impl Engine {
         if !self.leader.is_leader() {
             return;
         }
-        let next = {
+        let (next, shed) = {
             let mut st = self.state.locked();
             let st = &mut *st;
-            st.record.to_write(&st.episodes, &link.identity)
+            // The record must stay writable whatever arrived: over its
+            // bound, the least valuable episodes go, counted and logged.
+            let shed = st.record.fit(&mut st.episodes, &link.identity);
+            (st.record.to_write(&st.episodes, &link.identity), shed)
         };
+        for (scope, why) in shed {
+            self.metrics
+                .record_shed
+                .get_or_create(&crate::metrics::ShedLabels {
+                    reason: why.label(),
+                })
+                .inc();
+            tracing::warn!(alert = %scope.alertname, matchers = ?scope.matchers, reason = why.label(), "episode dropped to keep the episode record under its size bound");
+        }
         let (record, rv) = match next {
             None => return,
             Some(Ok(w)) => w,

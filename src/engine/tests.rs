@@ -651,3 +651,30 @@ async fn a_failed_goal_waits_its_retry_then_is_planned_again_without_a_change() 
     e.tick().await;
     assert_eq!(pending(&e).len(), 2, "{:?}", pending(&e));
 }
+
+#[tokio::test]
+async fn an_adopted_hold_remediates_only_what_it_holds_never_the_rest_of_the_kind() {
+    let mut c = cfg();
+    c.breaker.min_resources = 1000;
+    c.backoff.base = Duration::ZERO;
+    let (e, store) = engine(&c, true);
+    // Held for the alert by a predecessor whose episode is lost...
+    store.apply(0, &held_osm("a", true, "alert:CloudAPIDegraded"));
+    // ...and a machine failing elsewhere, where the alert never fired.
+    let mut other = osm("b", true, json!({}));
+    other.metadata.namespace = Some("other".into());
+    store.apply(0, &other);
+    e.tick().await;
+    let adopted = e.report_episodes();
+    assert_eq!(adopted.len(), 1);
+    assert!(adopted[0].adopted && adopted[0].matchers.is_empty());
+    // Verified cleared (as Prometheus would answer).
+    {
+        let mut st = e.state.lock().unwrap();
+        for ep in st.episodes.map().keys().cloned().collect::<Vec<_>>() {
+            st.episodes.get_mut(&ep).unwrap().verified_at = Some(Utc::now());
+        }
+    }
+    e.tick().await;
+    assert_eq!(pending(&e), vec![("a".into(), "remediate")]);
+}

@@ -56,11 +56,14 @@ impl Inbox {
             .iter()
             .filter_map(|ev| {
                 let rule = self.alerts.iter().find(|a| a.alertname == ev.alertname)?;
-                Some((
-                    Scope::from_alert(rule, &ev.labels),
-                    ev.status == AlertStatus::Firing,
-                    ev.received_at,
-                ))
+                let scope = Scope::from_alert(rule, &ev.labels);
+                // It could select no object; the leader would refuse it
+                // (counted there as invalid_scope), so it takes no room.
+                if !scope.is_selectable() {
+                    tracing::warn!(alert = %ev.alertname, "alert label value longer than any object name: not recorded");
+                    return None;
+                }
+                Some((scope, ev.status == AlertStatus::Firing, ev.received_at))
             })
             .collect();
         if entries.is_empty() {
@@ -103,7 +106,7 @@ async fn append(api: &RecordApi, batch: &[Submission]) -> Vec<Result<(), RecordE
             Err(e) => return batch.iter().map(|_| Err(e.clone())).collect(),
         };
         let (mut record, rv) = match read {
-            Some((r, rv)) => (r, Some(rv)),
+            Some(f) => (f.record, Some(f.rv)),
             None => (Record::empty(), None),
         };
         let results: Vec<Result<usize, RecordError>> =

@@ -9,9 +9,28 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// What a read found: the record and the resourceVersion to write against,
-/// or nothing yet (the first write creates it).
-pub type Read = Option<(Record, String)>;
+/// What a read found: nothing yet (the first write creates it), or this.
+pub type Read = Option<Found>;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Found {
+    pub record: Record,
+    /// The resourceVersion to write against.
+    pub rv: String,
+    /// The ConfigMap's uid: a new one means the record was deleted and
+    /// made again, with its notifications numbered from 1.
+    pub uid: String,
+}
+
+impl Found {
+    pub fn new(record: Record, rv: impl Into<String>, uid: impl Into<String>) -> Self {
+        Self {
+            record,
+            rv: rv.into(),
+            uid: uid.into(),
+        }
+    }
+}
 
 pub struct RecordApi {
     api: Api<ConfigMap>,
@@ -50,6 +69,7 @@ impl RecordApi {
             return Ok(None);
         };
         let rv = cm.metadata.resource_version.clone().unwrap_or_default();
+        let uid = cm.metadata.uid.clone().unwrap_or_default();
         let text = cm
             .data
             .as_ref()
@@ -58,10 +78,25 @@ impl RecordApi {
             // Created empty by deploy/ (so RBAC needs no create): no episodes.
             .unwrap_or("");
         if text.is_empty() {
-            return Ok(Some((Record::empty(), rv)));
+            return Ok(Some(Found::new(Record::empty(), rv, uid)));
         }
         self.metrics.record_bytes.set(text.len() as i64);
-        Ok(Some((Record::decode(text)?, rv)))
+        match Record::decode(text) {
+            Ok(r) => Ok(Some(Found::new(r, rv, uid))),
+            // Refusing it would refuse every notification until someone
+            // deletes it: it is read as empty, so the next write replaces
+            // it, and its text is kept in the log.
+            Err(RecordError::Corrupt(why)) => {
+                let copy: String = text.chars().take(64 * 1024).collect();
+                tracing::error!(record = %self.name, %rv, error = %why, old_text = %copy, "episode record is corrupt: rewriting it; its old text is in this line");
+                self.metrics
+                    .record_shed
+                    .get_or_create(&crate::metrics::ShedLabels { reason: "corrupt" })
+                    .inc();
+                Ok(Some(Found::new(Record::empty(), rv, uid)))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Writes `record` if the object is still at `rv` (`None`: create it).

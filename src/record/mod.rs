@@ -26,7 +26,7 @@ use crate::scope::Scope;
 use crate::view::ResourceKey;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 /// Format version of the document.
 pub const VERSION: u32 = 1;
@@ -45,6 +45,8 @@ pub const DATA_KEY: &str = "episodes.json";
 pub enum RecordError {
     #[error("episode record is not valid: {0}")]
     Invalid(String),
+    #[error("episode record is corrupt: {0}")]
+    Corrupt(String),
     #[error("episode record would be {0} bytes, over {MAX_BYTES}")]
     TooLarge(usize),
     #[error("episode record inbox holds {MAX_INBOX} notifications not yet taken by the leader")]
@@ -65,6 +67,7 @@ impl RecordError {
     pub fn label(&self) -> &'static str {
         match self {
             Self::Invalid(_) => "invalid",
+            Self::Corrupt(_) => "corrupt",
             Self::TooLarge(_) => "too_large",
             Self::Full => "full",
             Self::Conflict(_) => "conflict",
@@ -120,11 +123,26 @@ impl Record {
         }
     }
 
-    /// Parses what the ConfigMap holds; anything else is refused, never
-    /// overwritten (a person may have edited it: delete it to start over).
+    /// Parses what the ConfigMap holds. A document of another version is
+    /// refused and left alone (a newer remedy may be rolling out); anything
+    /// that is not a consistent document of this format is corrupt, and is
+    /// rewritten by the next writer (its text is logged first): otherwise
+    /// it would refuse every notification for good.
     pub fn decode(text: &str) -> Result<Self, RecordError> {
+        #[derive(Deserialize)]
+        struct Versioned {
+            version: u32,
+        }
+        if let Ok(v) = serde_json::from_str::<Versioned>(text)
+            && v.version != VERSION
+        {
+            return Err(RecordError::Invalid(format!(
+                "version {} (this remedy reads {VERSION})",
+                v.version
+            )));
+        }
         let r: Self =
-            serde_json::from_str(text).map_err(|e| RecordError::Invalid(e.to_string()))?;
+            serde_json::from_str(text).map_err(|e| RecordError::Corrupt(e.to_string()))?;
         if r.version != VERSION {
             return Err(RecordError::Invalid(format!(
                 "version {} (this remedy reads {VERSION})",
@@ -132,12 +150,12 @@ impl Record {
             )));
         }
         if r.inbox.iter().any(|n| n.seq > r.last_seq) {
-            return Err(RecordError::Invalid(
+            return Err(RecordError::Corrupt(
                 "an inbox entry is numbered after last_seq".into(),
             ));
         }
         if r.episodes.len() > crate::episodes::MAX_EPISODES || r.inbox.len() > MAX_INBOX {
-            return Err(RecordError::Invalid("over its bounds".into()));
+            return Err(RecordError::Corrupt("over its bounds".into()));
         }
         Ok(r)
     }
@@ -175,7 +193,7 @@ impl Record {
                 at: *at,
             });
         }
-        if self.inbox.len() + added.len() > MAX_INBOX {
+        if self.inbox.len() + added.len() > MAX_INBOX || !self.has_room_for(&added) {
             return Err(RecordError::Full);
         }
         let n = added.len();
@@ -185,6 +203,28 @@ impl Record {
             self.inbox.push(notice);
         }
         Ok(n)
+    }
+
+    /// Whether the leader's episodes can take every scope waiting in the
+    /// inbox plus `added`. The leader refuses a new scope only when every
+    /// slot holds an episode that is firing or has remediations to do: a
+    /// notification it would refuse so must be refused here, with a 503
+    /// that Alertmanager retries, never answered 200 and then lost.
+    fn has_room_for(&self, added: &[Notice]) -> bool {
+        let known: HashSet<&Scope> = self.episodes.iter().map(|s| &s.scope).collect();
+        let busy = self
+            .episodes
+            .iter()
+            .filter(|s| s.episode.firing || s.targets.as_ref().is_some_and(|t| !t.is_empty()))
+            .count();
+        let new: HashSet<&Scope> = self
+            .inbox
+            .iter()
+            .chain(added)
+            .map(|n| &n.scope)
+            .filter(|s| !known.contains(s))
+            .collect();
+        busy + new.len() <= crate::episodes::MAX_EPISODES
     }
 
     /// Inbox entries not yet folded, oldest first.
@@ -219,6 +259,79 @@ impl Record {
         }
         book
     }
+}
+
+/// What was dropped to keep the record writable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shed {
+    /// Resolved, with nothing left to remediate: the least valuable.
+    Finished,
+    /// Firing, but neither a webhook nor Prometheus has shown that it
+    /// really fired (junk written into the record, or not checked yet).
+    Unproven,
+    /// The whole record: not a document of this format.
+    Corrupt,
+}
+
+impl Shed {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Finished => "finished",
+            Self::Unproven => "unproven",
+            Self::Corrupt => "corrupt",
+        }
+    }
+}
+
+/// Drops episodes from `book` until `base` written with them fits in
+/// [`MAX_BYTES`]: finished ones first (oldest first), then firing ones not
+/// proven to have fired (largest first). Firing episodes proven real and
+/// episodes with remediations to do are never dropped. Returns what went.
+pub fn shed_to_fit(
+    base: &Record,
+    book: &mut Book,
+    consumed: u64,
+    leader: &str,
+) -> Vec<(Scope, Shed)> {
+    let size = |book: &Book| {
+        serde_json::to_string(&base.with_episodes(book, consumed, leader))
+            .map_or(usize::MAX, |t| t.len())
+    };
+    let mut total = size(book);
+    if total <= MAX_BYTES {
+        return Vec::new();
+    }
+    let entry = |scope: &Scope, ep: &Episode| {
+        let mut one = Book::default();
+        let _ = one.put(scope.clone(), ep.clone());
+        // Its share of the document, with the comma that separates it.
+        serde_json::to_string(&stored(&one)).map_or(0, |t| t.len().saturating_sub(1))
+    };
+    let mut finished: Vec<(Scope, usize, chrono::DateTime<Utc>)> = Vec::new();
+    let mut unproven: Vec<(Scope, usize)> = Vec::new();
+    for (scope, ep) in book.map() {
+        if !ep.busy() {
+            finished.push((scope.clone(), entry(scope, ep), ep.changed_at));
+        } else if ep.firing && !ep.fired {
+            unproven.push((scope.clone(), entry(scope, ep)));
+        }
+    }
+    finished.sort_by_key(|(_, _, at)| *at);
+    unproven.sort_by(|a, b| b.1.cmp(&a.1));
+    let order = finished
+        .into_iter()
+        .map(|(s, n, _)| (s, n, Shed::Finished))
+        .chain(unproven.into_iter().map(|(s, n)| (s, n, Shed::Unproven)));
+    let mut shed = Vec::new();
+    for (scope, n, why) in order {
+        if total <= MAX_BYTES {
+            break;
+        }
+        book.remove(&scope);
+        total = total.saturating_sub(n);
+        shed.push((scope, why));
+    }
+    shed
 }
 
 fn stored(book: &Book) -> Vec<Stored> {
@@ -322,6 +435,33 @@ mod tests {
     }
 
     #[test]
+    fn a_new_scope_the_leader_would_refuse_as_full_is_refused_by_the_inbox() {
+        let rule = rule();
+        let t = Utc::now();
+        let mut book = Book::default();
+        for i in 0..crate::episodes::MAX_EPISODES {
+            book.notify(&rule, &scope(&format!("ns-{i}")), true, t)
+                .unwrap();
+        }
+        let mut r = Record::empty().with_episodes(&book, 0, "leader-0");
+        // Known scopes still go in (the leader has their slot)...
+        assert_eq!(r.append(&[(scope("ns-7"), false, t)]).unwrap(), 1);
+        // ...a new one does not: the leader would drop it.
+        assert!(matches!(
+            r.append(&[(scope("junk"), true, t)]),
+            Err(RecordError::Full)
+        ));
+        // Once an episode is finished there is room again.
+        book.notify(&rule, &scope("ns-0"), false, t).unwrap();
+        let mut r = Record::empty().with_episodes(&book, 0, "leader-0");
+        assert_eq!(r.append(&[(scope("junk"), true, t)]).unwrap(), 1);
+        assert!(matches!(
+            r.append(&[(scope("junk-2"), true, t)]),
+            Err(RecordError::Full)
+        ));
+    }
+
+    #[test]
     fn the_leader_folds_what_it_read_and_keeps_what_came_after() {
         let rule = rule();
         let t = Utc::now();
@@ -361,7 +501,7 @@ mod tests {
         book.notify(&rule, &s, false, t).unwrap();
         book.get_mut(&s).unwrap().verified_at = Some(t);
         let key = ResourceKey::new("OpenStackMachine", "a", "m-1");
-        book.fix_targets(|_| 10, |_| [key.clone()].into());
+        book.fix_targets(|_| 10, |_, _| [key.clone()].into());
         book.adopt_hold(Scope::recovered("Other", "AWSMachine"), t);
         let r = Record::default().with_episodes(&book, 7, "leader-0");
         let text = r.encode().unwrap();
@@ -378,14 +518,20 @@ mod tests {
         for text in [
             "",
             "{}",
-            r#"{"version":2,"consumed":0,"last_seq":0,"episodes":[],"inbox":[]}"#,
+            "{not json",
             r#"{"version":1,"consumed":0,"last_seq":0,"episodes":[],"inbox":[],"extra":1}"#,
         ] {
             assert!(
-                matches!(Record::decode(text), Err(RecordError::Invalid(_))),
+                matches!(Record::decode(text), Err(RecordError::Corrupt(_))),
                 "{text}"
             );
         }
+        // Another version is left alone, never rewritten.
+        let newer = r#"{"version":2,"consumed":0,"last_seq":0,"episodes":[],"inbox":[],"new":1}"#;
+        assert!(matches!(
+            Record::decode(newer),
+            Err(RecordError::Invalid(_))
+        ));
         let mut r = Record {
             version: VERSION,
             ..Record::default()
@@ -395,8 +541,65 @@ mod tests {
         let text = serde_json::to_string(&r).unwrap();
         assert!(matches!(
             Record::decode(&text),
-            Err(RecordError::Invalid(_))
+            Err(RecordError::Corrupt(_))
         ));
+    }
+
+    #[test]
+    fn junk_over_the_size_bound_is_shed_but_never_a_real_firing_or_pending_episode() {
+        let rule = rule();
+        let t = Utc::now();
+        let mut book = Book::default();
+        // The real ones: proven firing, and verified with a target waiting.
+        let firing = scope("prod");
+        book.notify(&rule, &firing, true, t).unwrap();
+        let pending = scope("stage");
+        book.notify(&rule, &pending, true, t).unwrap();
+        book.notify(&rule, &pending, false, t).unwrap();
+        book.get_mut(&pending).unwrap().verified_at = Some(t);
+        let key = ResourceKey::new("OpenStackMachine", "stage", "m-1");
+        book.fix_targets(
+            |_| 10,
+            |s, _| {
+                if *s == pending {
+                    [key.clone()].into()
+                } else {
+                    BTreeSet::new()
+                }
+            },
+        );
+        // Junk: 253-byte namespaces, firing from the record (unproven), and
+        // finished ones.
+        let long = |i: usize| format!("{i:04}{}", "x".repeat(249));
+        for i in 0..600 {
+            book.notify_as(
+                &rule,
+                &scope(&long(i)),
+                true,
+                t,
+                crate::episodes::Evidence::Unproven,
+            )
+            .unwrap();
+        }
+        for i in 600..900 {
+            book.notify(&rule, &scope(&long(i)), false, t).unwrap();
+        }
+        let base = Record::empty();
+        assert!(
+            base.with_episodes(&book, 0, "l").encode().is_err(),
+            "over the bound"
+        );
+        let shed = shed_to_fit(&base, &mut book, 0, "l");
+        let text = base
+            .with_episodes(&book, 0, "l")
+            .encode()
+            .expect("fits now");
+        assert!(text.len() <= MAX_BYTES);
+        assert!(shed.iter().filter(|(_, w)| *w == Shed::Finished).count() == 300);
+        assert!(shed.iter().any(|(_, w)| *w == Shed::Unproven));
+        assert!(book.map().contains_key(&firing) && book.targets(&key));
+        // Under the bound nothing goes.
+        assert!(shed_to_fit(&base, &mut book, 0, "l").is_empty());
     }
 
     /// The bound the README states: every episode slot taken, a full inbox
@@ -416,7 +619,7 @@ mod tests {
         let mut i = 0;
         book.fix_targets(
             |_| per,
-            |s| {
+            |s, _| {
                 i += 1;
                 (0..per)
                     .map(|j| {

@@ -7,7 +7,7 @@
 //!   replicas appended since. It writes when its episodes or the inbox
 //!   changed, against the resourceVersion it read that tick.
 
-use super::kube::Read;
+use super::kube::{Found, Read};
 use super::{Notice, Record, RecordError};
 use crate::episodes::Book;
 
@@ -21,6 +21,8 @@ pub struct Tracker {
     base: Option<(Record, Option<String>)>,
     /// Last read or write error, for readiness notes.
     error: Option<String>,
+    /// The uid of the ConfigMap `consumed` counts in.
+    uid: Option<String>,
 }
 
 /// What a read asks of the engine.
@@ -49,6 +51,9 @@ impl Tracker {
             }
             Ok(None) => {
                 self.error = None;
+                // Gone: the next record numbers its notifications from 1.
+                self.consumed = 0;
+                self.uid = None;
                 self.base = Some((Record::empty(), None));
                 if !leader {
                     up.replace = Some(Book::default());
@@ -59,7 +64,7 @@ impl Tracker {
                     self.consumed = 0;
                 }
             }
-            Ok(Some((record, rv))) => {
+            Ok(Some(Found { record, rv, uid })) => {
                 self.error = None;
                 if !leader {
                     up.replace = Some(record.book());
@@ -69,9 +74,23 @@ impl Tracker {
                         self.consumed = record.consumed;
                         up.replace = Some(record.book());
                         up.covered = true;
+                    } else if self.uid.as_ref().is_some_and(|u| *u != uid)
+                        || record.last_seq < self.consumed
+                    {
+                        // Deleted and made again, or emptied, under a running
+                        // leader: its numbering started over, and skipping
+                        // what is numbered below the old count would lose
+                        // notifications that were answered 200.
+                        tracing::warn!(
+                            consumed = self.consumed,
+                            last_seq = record.last_seq,
+                            "the episode record was replaced: taking its notifications from the start"
+                        );
+                        self.consumed = record.consumed;
                     }
                     up.fold = record.after(self.consumed).cloned().collect();
                 }
+                self.uid = Some(uid);
                 self.base = Some((record, Some(rv)));
             }
         }
@@ -103,6 +122,15 @@ impl Tracker {
                 Err(e)
             }
         })
+    }
+
+    /// Drops what is least worth keeping from `book` until this tick's
+    /// write fits the record's bound (see [`super::shed_to_fit`]).
+    pub fn fit(&self, book: &mut Book, leader: &str) -> Vec<(crate::scope::Scope, super::Shed)> {
+        match &self.base {
+            Some((read, _)) => super::shed_to_fit(read, book, self.consumed, leader),
+            None => Vec::new(),
+        }
     }
 
     /// The outcome of [`Tracker::to_write`]'s write (`Ok(None)`: conflict,
@@ -163,7 +191,7 @@ mod tests {
         let mut old_book = Book::default();
         let mut rec = Record::empty();
         rec.append(&[(scope("K"), true, t0)]).unwrap();
-        let up = old.read(true, Ok(Some((rec.clone(), "1".into()))));
+        let up = old.read(true, Ok(Some(Found::new(rec.clone(), "1", "uid-1"))));
         apply(&mut old, &mut old_book, up);
         let (written, rv) = old.to_write(&old_book, "old").unwrap().unwrap();
         assert_eq!(rv.as_deref(), Some("1"));
@@ -175,10 +203,10 @@ mod tests {
         // and folds the resolved notification.
         let mut new = Tracker::default();
         let mut book = Book::default();
-        let up = new.read(false, Ok(Some((rec.clone(), "2".into()))));
+        let up = new.read(false, Ok(Some(Found::new(rec.clone(), "2", "uid-1"))));
         assert!(up.fold.is_empty(), "a follower folds nothing");
         apply(&mut new, &mut book, up);
-        let up = new.read(true, Ok(Some((rec.clone(), "2".into()))));
+        let up = new.read(true, Ok(Some(Found::new(rec.clone(), "2", "uid-1"))));
         assert!(up.covered);
         apply(&mut new, &mut book, up);
         let ep = &book.map()[&scope("K")];
@@ -190,9 +218,41 @@ mod tests {
         assert_eq!(written.consumed, 2);
         assert!(written.inbox.is_empty());
         // Nothing changed next tick: no write.
-        let up = new.read(true, Ok(Some((written.clone(), "3".into()))));
+        let up = new.read(true, Ok(Some(Found::new(written.clone(), "3", "uid-1"))));
         assert!(up.fold.is_empty() && up.replace.is_none());
         assert!(new.to_write(&book, "new").is_none());
+    }
+
+    #[test]
+    fn a_record_made_again_under_a_running_leader_is_folded_from_the_start() {
+        let t0 = Utc::now();
+        let mut t = Tracker::default();
+        let mut book = Book::default();
+        let mut rec = Record::empty();
+        for k in ["A", "B", "C"] {
+            rec.append(&[(scope(k), true, t0)]).unwrap();
+        }
+        let up = t.read(true, Ok(Some(Found::new(rec.clone(), "1", "uid-1"))));
+        apply(&mut t, &mut book, up);
+        assert_eq!(book.len(), 3);
+        // Deleted; a replica takes a notification into a new ConfigMap,
+        // numbered 1 again; then two more.
+        t.read(true, Ok(None));
+        let mut fresh = Record::empty();
+        fresh.append(&[(scope("D"), true, t0)]).unwrap();
+        let up = t.read(true, Ok(Some(Found::new(fresh.clone(), "7", "uid-2"))));
+        assert_eq!(up.fold.len(), 1, "seq 1 of the new record is not skipped");
+        apply(&mut t, &mut book, up);
+        // Deleted and made again between two reads, with as many entries
+        // as the leader had taken: told apart by the uid.
+        let mut again = Record::empty();
+        for k in ["E", "F", "G", "H"] {
+            again.append(&[(scope(k), true, t0)]).unwrap();
+        }
+        let up = t.read(true, Ok(Some(Found::new(again, "9", "uid-3"))));
+        assert_eq!(up.fold.len(), 4);
+        apply(&mut t, &mut book, up);
+        assert_eq!(book.len(), 8);
     }
 
     #[test]
@@ -202,13 +262,13 @@ mod tests {
         let mut book = Book::default();
         let mut rec = Record::empty();
         rec.append(&[(scope("K"), true, t0)]).unwrap();
-        let up = t.read(true, Ok(Some((rec.clone(), "1".into()))));
+        let up = t.read(true, Ok(Some(Found::new(rec.clone(), "1", "uid-1"))));
         apply(&mut t, &mut book, up);
         let _ = t.to_write(&book, "l").unwrap().unwrap();
         t.written(&Ok(None));
         // The conflict came from a replica appending another notification.
         rec.append(&[(scope("J"), true, t0)]).unwrap();
-        let up = t.read(true, Ok(Some((rec.clone(), "2".into()))));
+        let up = t.read(true, Ok(Some(Found::new(rec.clone(), "2", "uid-1"))));
         let seqs: Vec<u64> = up.fold.iter().map(|n| n.seq).collect();
         assert_eq!(seqs, vec![2], "the first is folded already");
         apply(&mut t, &mut book, up);

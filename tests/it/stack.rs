@@ -481,11 +481,13 @@ async fn outage_alert_holds_then_budgeted_remediation_with_dashboard_data() {
         let series = format!(r#"remedy_actions_total{{action="{action}",result="success"}}"#);
         assert_eq!(v(&series), n, "{series}\n{text}");
     }
-    // One budgeted release per remediated resource: none spent twice.
+    // Remediations, not releases: remedy_releases_total counts only the
+    // breaker's releases of held resources (#21.7). Each resource was
+    // remediated once: the action counts above.
     for (kind, n) in [
-        ("Machine", 7.0),
-        ("OpenStackMachine", 7.0),
-        ("BottlerocketShadow", 4.0),
+        ("Machine", 0.0),
+        ("OpenStackMachine", 0.0),
+        ("BottlerocketShadow", 0.0),
     ] {
         let series = format!(r#"remedy_releases_total{{kind="{kind}"}}"#);
         assert_eq!(v(&series), n, "{series}\n{text}");
