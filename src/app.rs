@@ -354,30 +354,15 @@ async fn reload_certificates(certs: Arc<tls::CertStore>, metrics: Arc<Metrics>, 
 
 /// Re-reads the webhook token file, as the certificate files are: a
 /// rotated Secret is followed without a restart (the previous token stays
-/// accepted for one period, see `TokenStore`).
+/// accepted for one period, see `TokenStore`). Requests with an unknown
+/// token re-read it sooner (`TokenStore::check`); this loop covers a token
+/// no sender uses yet.
 async fn reload_token(tokens: Arc<TokenStore>, metrics: Arc<Metrics>, period: Duration) {
     let mut every = tokio::time::interval(period);
     every.tick().await;
     loop {
         every.tick().await;
-        let result = match tokens.reload() {
-            Ok(false) => continue,
-            Ok(true) => {
-                tracing::info!(
-                    "webhook token reloaded; the previous one is accepted for one more period"
-                );
-                "reloaded"
-            }
-            Err(e) => {
-                // Never the token itself: the error names the file only.
-                tracing::warn!(error = %e, label = e.label(), "cannot reload the webhook token; keeping the current one");
-                "error"
-            }
-        };
-        metrics
-            .token_reloads
-            .get_or_create(&crate::metrics::ResultLabels { result })
-            .inc();
+        webhook::record_reload(&metrics, &tokens.reload(), "interval");
     }
 }
 

@@ -385,6 +385,7 @@ pub struct Metrics {
     pub tls_expiry: Gauge,
     pub episodes_refused: Family<EpisodeLabels, Counter>,
     pub token_reloads: Family<ResultLabels, Counter>,
+    pub token_rereads: Counter,
     pub record_writes: Family<RecordLabels, Counter>,
     pub record_bytes: Gauge,
     pub http_connections: Gauge,
@@ -425,6 +426,7 @@ impl Metrics {
             tls_expiry: Gauge::default(),
             episodes_refused: Family::default(),
             token_reloads: Family::default(),
+            token_rereads: Counter::default(),
             record_writes: Family::default(),
             record_bytes: Gauge::default(),
             http_connections: Gauge::default(),
@@ -557,6 +559,11 @@ impl Metrics {
             "remedy_webhook_token_reloads",
             "Re-reads of the webhook token file that loaded a new token (reloaded) or failed (error)",
             m.token_reloads.clone(),
+        );
+        r.register(
+            "remedy_webhook_token_rereads",
+            "Reads of the webhook token file caused by a request with an unknown token (at most one a second)",
+            m.token_rereads.clone(),
         );
         r.register(
             "remedy_episode_record_writes",
