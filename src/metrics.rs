@@ -383,6 +383,7 @@ pub struct Metrics {
     pub pending_actions: Gauge,
     pub tls_reloads: Family<ResultLabels, Counter>,
     pub tls_expiry: Gauge,
+    pub tls_not_before: Gauge,
     pub episodes_refused: Family<EpisodeLabels, Counter>,
     pub token_reloads: Family<ResultLabels, Counter>,
     pub token_rereads: Counter,
@@ -424,6 +425,7 @@ impl Metrics {
             pending_actions: Gauge::default(),
             tls_reloads: Family::default(),
             tls_expiry: Gauge::default(),
+            tls_not_before: Gauge::default(),
             episodes_refused: Family::default(),
             token_reloads: Family::default(),
             token_rereads: Counter::default(),
@@ -549,6 +551,12 @@ impl Metrics {
             "Unix time the served TLS certificate expires (0: plain HTTP)",
             Unit::Seconds,
             m.tls_expiry.clone(),
+        );
+        r.register_with_unit(
+            "remedy_tls_certificate_not_before",
+            "Unix time the served TLS certificate becomes valid (0: plain HTTP)",
+            Unit::Seconds,
+            m.tls_not_before.clone(),
         );
         r.register(
             "remedy_episodes_refused",
