@@ -111,6 +111,10 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     let tls_config = cfg.tls.as_ref().map(tls::load).transpose()?;
     // Every long-lived task: one ending ends the process.
     let mut tasks = Supervisor::default();
+    crate::fdlimit::ensure(crate::fdlimit::needed(
+        cfg.http.max_connections,
+        watch::stream_ids(&v.profiles, &cfg.namespaces).len(),
+    ));
     let metrics = Arc::new(Metrics::new(cfg.max_resource_series));
     metrics.preset(&crate::metrics::Known::from_config(&cfg, &v.profiles));
     if let Some(t) = &tls_config {
