@@ -111,13 +111,17 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     let tls_config = cfg.tls.as_ref().map(tls::load).transpose()?;
     // Every long-lived task: one ending ends the process.
     let mut tasks = Supervisor::default();
+    crate::fdlimit::ensure(crate::fdlimit::needed(
+        cfg.http.max_connections,
+        watch::stream_ids(&v.profiles, &cfg.namespaces).len(),
+    ));
     let metrics = Arc::new(Metrics::new(cfg.max_resource_series));
     metrics.preset(&crate::metrics::Known::from_config(&cfg, &v.profiles));
     if let Some(t) = &tls_config {
-        metrics.tls_expiry.set(t.certs.not_after().unwrap_or(0));
+        let seen = check_certificate(&t.certs, &metrics, None);
         tasks.spawn(
             "certificate reload",
-            reload_certificates(t.certs.clone(), metrics.clone(), cfg.reload_interval),
+            reload_certificates(t.certs.clone(), metrics.clone(), cfg.reload_interval, seen),
         );
     }
     let store = Arc::new(Store::new(
@@ -326,22 +330,33 @@ struct StatusQuery {
 }
 
 /// Re-reads the certificate files now and then: a renewed Secret is served
-/// without a restart, well before the old certificate expires.
-async fn reload_certificates(certs: Arc<tls::CertStore>, metrics: Arc<Metrics>, period: Duration) {
+/// without a restart, well before the old certificate expires. `seen` is the
+/// served certificate's validity as last reported.
+async fn reload_certificates(
+    certs: Arc<tls::CertStore>,
+    metrics: Arc<Metrics>,
+    period: Duration,
+    mut seen: tls::Validity,
+) {
     let mut every = tokio::time::interval(period);
     every.tick().await;
     loop {
         every.tick().await;
         let result = match certs.reload() {
-            Ok(false) => continue,
+            Ok(false) => {
+                // The same certificate can still expire while served.
+                seen = check_certificate(&certs, &metrics, Some(seen));
+                continue;
+            }
             Ok(true) => {
                 tracing::info!("TLS certificate reloaded");
-                metrics.tls_expiry.set(certs.not_after().unwrap_or(0));
+                seen = check_certificate(&certs, &metrics, None);
                 "reloaded"
             }
             Err(e) => {
                 // The files may be mid-update; the working pair stays.
                 tracing::warn!(error = %e, label = e.label(), "cannot reload the TLS certificate; serving the previous one");
+                seen = check_certificate(&certs, &metrics, Some(seen));
                 "error"
             }
         };
@@ -352,32 +367,50 @@ async fn reload_certificates(certs: Arc<tls::CertStore>, metrics: Arc<Metrics>, 
     }
 }
 
+/// Sets the certificate gauges and warns when the served certificate is
+/// expired, not yet valid or expires within 7 days: rustls serves it
+/// anyway, and clients then refuse every handshake. With `last` (the
+/// verdict already reported) it warns only on a change, so an unchanged
+/// file is not logged every period; a load or reload (`None`) always is.
+fn check_certificate(
+    certs: &tls::CertStore,
+    metrics: &Metrics,
+    last: Option<tls::Validity>,
+) -> tls::Validity {
+    let (not_before, not_after) = (certs.not_before(), certs.not_after());
+    metrics.tls_expiry.set(not_after.unwrap_or(0));
+    metrics.tls_not_before.set(not_before.unwrap_or(0));
+    let now = chrono::Utc::now().timestamp();
+    let validity = tls::validity(not_before, not_after, now);
+    if validity.is_problem() && last != Some(validity) {
+        tracing::warn!(
+            validity = validity.label(),
+            not_before = not_before.unwrap_or(0),
+            not_after = not_after.unwrap_or(0),
+            "the served TLS certificate is {}; clients refuse it once it is expired or not yet valid",
+            match validity {
+                tls::Validity::Expired => "expired",
+                tls::Validity::NotYetValid => "not valid yet",
+                tls::Validity::ExpiresSoon => "about to expire (within 7 days)",
+                tls::Validity::Unknown | tls::Validity::Valid =>
+                    "of unknown validity (its dates do not parse)",
+            }
+        );
+    }
+    validity
+}
+
 /// Re-reads the webhook token file, as the certificate files are: a
 /// rotated Secret is followed without a restart (the previous token stays
-/// accepted for one period, see `TokenStore`).
+/// accepted for one period, see `TokenStore`). Requests with an unknown
+/// token re-read it sooner (`TokenStore::check`); this loop covers a token
+/// no sender uses yet.
 async fn reload_token(tokens: Arc<TokenStore>, metrics: Arc<Metrics>, period: Duration) {
     let mut every = tokio::time::interval(period);
     every.tick().await;
     loop {
         every.tick().await;
-        let result = match tokens.reload() {
-            Ok(false) => continue,
-            Ok(true) => {
-                tracing::info!(
-                    "webhook token reloaded; the previous one is accepted for one more period"
-                );
-                "reloaded"
-            }
-            Err(e) => {
-                // Never the token itself: the error names the file only.
-                tracing::warn!(error = %e, label = e.label(), "cannot reload the webhook token; keeping the current one");
-                "error"
-            }
-        };
-        metrics
-            .token_reloads
-            .get_or_create(&crate::metrics::ResultLabels { result })
-            .inc();
+        webhook::record_reload(&metrics, &tokens.reload(), "interval");
     }
 }
 

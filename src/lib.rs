@@ -16,6 +16,7 @@ pub mod domains;
 pub mod engine;
 pub mod episodes;
 pub mod fault;
+pub mod fdlimit;
 pub mod leader;
 pub mod metrics;
 pub mod preflight;

@@ -401,8 +401,10 @@ pub struct Metrics {
     pub pending_actions: Gauge,
     pub tls_reloads: Family<ResultLabels, Counter>,
     pub tls_expiry: Gauge,
+    pub tls_not_before: Gauge,
     pub episodes_refused: Family<EpisodeLabels, Counter>,
     pub token_reloads: Family<ResultLabels, Counter>,
+    pub token_rereads: Counter,
     pub record_writes: Family<RecordLabels, Counter>,
     pub record_bytes: Gauge,
     pub record_shed: Family<ShedLabels, Counter>,
@@ -442,8 +444,10 @@ impl Metrics {
             pending_actions: Gauge::default(),
             tls_reloads: Family::default(),
             tls_expiry: Gauge::default(),
+            tls_not_before: Gauge::default(),
             episodes_refused: Family::default(),
             token_reloads: Family::default(),
+            token_rereads: Counter::default(),
             record_writes: Family::default(),
             record_bytes: Gauge::default(),
             record_shed: Family::default(),
@@ -568,6 +572,12 @@ impl Metrics {
             Unit::Seconds,
             m.tls_expiry.clone(),
         );
+        r.register_with_unit(
+            "remedy_tls_certificate_not_before",
+            "Unix time the served TLS certificate becomes valid (0: plain HTTP)",
+            Unit::Seconds,
+            m.tls_not_before.clone(),
+        );
         r.register(
             "remedy_episodes_refused",
             "Alert notifications or episodes remedy refused to act on, by alert and reason",
@@ -577,6 +587,11 @@ impl Metrics {
             "remedy_webhook_token_reloads",
             "Re-reads of the webhook token file that loaded a new token (reloaded) or failed (error)",
             m.token_reloads.clone(),
+        );
+        r.register(
+            "remedy_webhook_token_rereads",
+            "Reads of the webhook token file caused by a request with an unknown token (at most one a second)",
+            m.token_rereads.clone(),
         );
         r.register(
             "remedy_episode_record_writes",

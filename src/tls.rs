@@ -119,28 +119,87 @@ fn parse_pair(
             e,
         )
     })?;
-    let not_after = not_after(&certs[0]);
+    let (not_before, not_after) = validity_period(&certs[0]);
     // Also checks that the key belongs to the leaf certificate.
     let key = CertifiedKey::from_der(certs, key, provider).map_err(TlsError::Rejected)?;
     Ok(Loaded {
         key: Arc::new(key),
         digest,
+        not_before,
         not_after,
     })
 }
 
-/// The leaf's notAfter as Unix seconds; `None` if it does not parse (rustls
-/// accepted it, so it is served anyway; the expiry metric then says 0).
-fn not_after(leaf: &CertificateDer<'_>) -> Option<i64> {
-    x509_parser::parse_x509_certificate(leaf.as_ref())
-        .ok()
-        .map(|(_, c)| c.validity().not_after.timestamp())
+/// The leaf's notBefore and notAfter as Unix seconds; `None` if it does not
+/// parse (rustls accepted it, so it is served anyway; the metrics then say 0).
+fn validity_period(leaf: &CertificateDer<'_>) -> (Option<i64>, Option<i64>) {
+    match x509_parser::parse_x509_certificate(leaf.as_ref()) {
+        Ok((_, c)) => (
+            Some(c.validity().not_before.timestamp()),
+            Some(c.validity().not_after.timestamp()),
+        ),
+        Err(_) => (None, None),
+    }
+}
+
+/// Warn this long before the certificate expires: cert-manager renews a
+/// 90-day certificate 30 days ahead, so 7 days left means the renewal or its
+/// reload did not happen (as the RemedyTLSCertificateExpiringSoon alert).
+pub const EXPIRY_WARNING_SECONDS: i64 = 7 * 86_400;
+
+/// Where now falls in the served certificate's validity period. rustls
+/// serves whatever it is given; clients refuse an expired or not yet valid
+/// certificate, so Prometheus scrapes and Alertmanager deliveries fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Validity {
+    Valid,
+    /// Valid, but expires within `EXPIRY_WARNING_SECONDS`.
+    ExpiresSoon,
+    Expired,
+    NotYetValid,
+    /// The dates did not parse.
+    Unknown,
+}
+
+impl Validity {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Valid => "valid",
+            Self::ExpiresSoon => "expires_soon",
+            Self::Expired => "expired",
+            Self::NotYetValid => "not_yet_valid",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// Worth a warning in the log.
+    pub fn is_problem(self) -> bool {
+        self != Self::Valid
+    }
+}
+
+/// Pure: `now` and the period in Unix seconds. notAfter is the last valid
+/// second (RFC 5280 4.1.2.5: "through").
+pub fn validity(not_before: Option<i64>, not_after: Option<i64>, now: i64) -> Validity {
+    let (Some(nb), Some(na)) = (not_before, not_after) else {
+        return Validity::Unknown;
+    };
+    if now < nb {
+        Validity::NotYetValid
+    } else if now > na {
+        Validity::Expired
+    } else if na - now < EXPIRY_WARNING_SECONDS {
+        Validity::ExpiresSoon
+    } else {
+        Validity::Valid
+    }
 }
 
 struct Loaded {
     key: Arc<CertifiedKey>,
     /// Of the file contents, to see a renewal without keeping the key twice.
     digest: u64,
+    not_before: Option<i64>,
     not_after: Option<i64>,
 }
 
@@ -187,6 +246,20 @@ impl CertStore {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .not_after
+    }
+
+    /// When the served certificate becomes valid (Unix seconds).
+    pub fn not_before(&self) -> Option<i64> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .not_before
+    }
+
+    /// Where `now` (Unix seconds) falls in the served certificate's period.
+    pub fn validity(&self, now: i64) -> Validity {
+        let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        validity(current.not_before, current.not_after, now)
     }
 
     /// The leaf certificate being served (DER).
@@ -280,6 +353,53 @@ mod tests {
         let tls = load(&c).expect("valid pair");
         // 2030-06-01T00:00:00Z
         assert_eq!(tls.certs.not_after(), Some(1_906_502_400));
+    }
+
+    /// A pair valid from `from` through `until`.
+    fn write_dated(c: &TlsConfig, from: (i32, u8, u8), until: (i32, u8, u8)) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+        params.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
+        params.not_after = rcgen::date_time_ymd(until.0, until.1, until.2);
+        let cert = params.self_signed(&key).expect("cert");
+        std::fs::write(&c.cert_file, cert.pem()).expect("write");
+        std::fs::write(&c.key_file, key.serialize_pem()).expect("write");
+    }
+
+    #[test]
+    fn expired_and_not_yet_valid_certificates_are_loaded_and_recognised() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = cfg(dir.path());
+        let now = chrono::Utc::now().timestamp();
+        // Expired: served (a restart must not take the listener down), but
+        // known to be expired.
+        write_dated(&c, (2020, 1, 1), (2021, 1, 1));
+        let tls = load(&c).expect("an expired pair still loads");
+        assert_eq!(tls.certs.validity(now), Validity::Expired);
+        assert_eq!(tls.certs.not_before(), Some(1_577_836_800));
+        assert_eq!(tls.certs.not_after(), Some(1_609_459_200));
+        // Renewed into one that is not valid yet (a clock or issuer error).
+        write_dated(&c, (2099, 1, 1), (2100, 1, 1));
+        assert!(tls.certs.reload().expect("reloaded"));
+        assert_eq!(tls.certs.validity(now), Validity::NotYetValid);
+        write_dated(&c, (2020, 1, 1), (2099, 1, 1));
+        assert!(tls.certs.reload().expect("reloaded"));
+        assert_eq!(tls.certs.validity(now), Validity::Valid);
+    }
+
+    #[test]
+    fn validity_boundaries() {
+        let (nb, na) = (Some(1_000), Some(1_000 + 30 * 86_400));
+        assert_eq!(validity(nb, na, 999), Validity::NotYetValid);
+        assert_eq!(validity(nb, na, 1_000), Validity::Valid);
+        let soon = 1_000 + 30 * 86_400 - EXPIRY_WARNING_SECONDS;
+        assert_eq!(validity(nb, na, soon), Validity::Valid);
+        assert_eq!(validity(nb, na, soon + 1), Validity::ExpiresSoon);
+        assert_eq!(validity(nb, na, 1_000 + 30 * 86_400), Validity::ExpiresSoon);
+        assert_eq!(validity(nb, na, 1_000 + 30 * 86_400 + 1), Validity::Expired);
+        assert_eq!(validity(None, na, 5_000), Validity::Unknown);
+        assert!(!Validity::Valid.is_problem() && Validity::Expired.is_problem());
     }
 
     #[test]

@@ -339,11 +339,49 @@ impl Tokens {
     }
 }
 
+/// Least spacing of the token file reads that unknown tokens cause: a
+/// rotated Secret is followed within a second, and a flood of bad tokens
+/// reads the file at most once a second.
+pub const REREAD_EVERY: Duration = Duration::from_secs(1);
+
+/// When a request with an unknown token gets a fresh look at the file.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reread {
+    /// A read began after the request arrived: its result is current enough.
+    Shared,
+    /// Read the file at this time (now, or once `REREAD_EVERY` has passed
+    /// since the last read).
+    At(tokio::time::Instant),
+}
+
+/// Pure: `last` is when the last reread began, `arrived` when the request did.
+pub fn reread_plan(
+    last: Option<tokio::time::Instant>,
+    arrived: tokio::time::Instant,
+    every: Duration,
+) -> Reread {
+    match last {
+        Some(last) if last >= arrived => Reread::Shared,
+        Some(last) => Reread::At((last + every).max(arrived)),
+        None => Reread::At(arrived),
+    }
+}
+
+/// The outcome of checking a presented token.
+#[derive(Debug)]
+pub struct TokenCheck {
+    pub accepted: bool,
+    /// The file was re-read for this request: `Ok(true)` if that rotated
+    /// the token.
+    pub reread: Option<Result<bool, SignalError>>,
+}
+
 /// The token file and the tokens read from it. Alertmanager's side reads
 /// the same Secret, so when the Secret rotates, remedy must follow without a
 /// restart: a 401 is not retried before the next group_interval, and a
 /// resolved notification may never come again (docs/upstream-behaviour.md,
-/// "Alertmanager webhook retries").
+/// "Alertmanager webhook retries"). Hence an unknown token re-reads the file
+/// at once (rate-limited), besides the periodic reload.
 #[derive(Debug)]
 pub struct TokenStore {
     path: Option<PathBuf>,
@@ -351,6 +389,9 @@ pub struct TokenStore {
     /// an Alertmanager whose copy of the Secret lags behind keeps working.
     grace: Duration,
     tokens: RwLock<Tokens>,
+    /// When the last reread for an unknown token began. The async lock also
+    /// serialises those rereads, so requests waiting together share one.
+    last_reread: tokio::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl TokenStore {
@@ -359,6 +400,7 @@ impl TokenStore {
             path: None,
             grace: Duration::ZERO,
             tokens: RwLock::new(Tokens::new(token)),
+            last_reread: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -367,6 +409,7 @@ impl TokenStore {
             path: Some(path.to_path_buf()),
             grace,
             tokens: RwLock::new(Tokens::new(load_token(path)?)),
+            last_reread: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -377,6 +420,10 @@ impl TokenStore {
             return Ok(false);
         };
         let token = load_token(path)?;
+        self.rotate(token)
+    }
+
+    fn rotate(&self, token: Arc<[u8]>) -> Result<bool, SignalError> {
         // Tokens has no panicking paths: a poisoned lock is consistent.
         let mut t = self.tokens.write().unwrap_or_else(PoisonError::into_inner);
         Ok(t.rotate(token, Instant::now(), self.grace))
@@ -388,6 +435,78 @@ impl TokenStore {
             .unwrap_or_else(PoisonError::into_inner)
             .accepts(presented, Instant::now())
     }
+
+    /// Accepts a known token at once. An unknown one may be the rotated
+    /// Secret that this side has not read yet: re-read the file, at most
+    /// once per `REREAD_EVERY` (the request waits for the next read, at
+    /// most that long), and check again.
+    pub async fn check(&self, presented: &[u8]) -> TokenCheck {
+        if self.accepts(presented) {
+            return TokenCheck {
+                accepted: true,
+                reread: None,
+            };
+        }
+        let Some(path) = self.path.clone() else {
+            return TokenCheck {
+                accepted: false,
+                reread: None,
+            };
+        };
+        let arrived = tokio::time::Instant::now();
+        let mut last = self.last_reread.lock().await;
+        match reread_plan(*last, arrived, REREAD_EVERY) {
+            Reread::Shared => {
+                return TokenCheck {
+                    accepted: self.accepts(presented),
+                    reread: None,
+                };
+            }
+            Reread::At(at) => tokio::time::sleep_until(at).await,
+        }
+        // Marked before reading: a request arriving during the read may
+        // have missed a change the read did not see, so it reads again.
+        *last = Some(tokio::time::Instant::now());
+        let file = path.clone();
+        let read = tokio::task::spawn_blocking(move || load_token(&file))
+            .await
+            .unwrap_or_else(|e| {
+                Err(SignalError::Token {
+                    path,
+                    reason: format!("reading task failed: {e}"),
+                })
+            });
+        let reread = read.and_then(|token| self.rotate(token));
+        drop(last);
+        TokenCheck {
+            accepted: self.accepts(presented),
+            reread: Some(reread),
+        }
+    }
+}
+
+/// Logs and counts a token file read that changed the token or failed
+/// (`remedy_webhook_token_reloads_total`); `why` says what caused it.
+pub fn record_reload(metrics: &Metrics, result: &Result<bool, SignalError>, why: &'static str) {
+    let result = match result {
+        Ok(false) => return,
+        Ok(true) => {
+            tracing::info!(
+                trigger = why,
+                "webhook token reloaded; the previous one is accepted for one more period"
+            );
+            "reloaded"
+        }
+        Err(e) => {
+            // Never the token itself: the error names the file only.
+            tracing::warn!(error = %e, label = e.label(), trigger = why, "cannot reload the webhook token; keeping the current one");
+            "error"
+        }
+    };
+    metrics
+        .token_reloads
+        .get_or_create(&crate::metrics::ResultLabels { result })
+        .inc();
 }
 
 /// Counts since the last INFO summary. Pure: the caller passes `now`.
@@ -528,7 +647,7 @@ impl WebhookState {
         ))
     }
 
-    fn authorized(&self, headers: &HeaderMap) -> bool {
+    async fn authorized(&self, headers: &HeaderMap) -> bool {
         let Some(value) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -538,7 +657,15 @@ impl WebhookState {
         let Some((scheme, token)) = value.split_once(' ') else {
             return false;
         };
-        scheme.eq_ignore_ascii_case("bearer") && self.tokens.accepts(token.trim_start().as_bytes())
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return false;
+        }
+        let check = self.tokens.check(token.trim_start().as_bytes()).await;
+        if let Some(result) = &check.reread {
+            self.metrics.token_rereads.inc();
+            record_reload(&self.metrics, result, "unknown_token");
+        }
+        check.accepted
     }
 
     /// The token store, for the reload loop.
@@ -748,7 +875,7 @@ async fn notify(State(s): State<Arc<WebhookState>>, req: Request) -> Response {
 
 async fn handle(s: &WebhookState, req: Request) -> Result<Summary, WebhookError> {
     // Authenticate before reading any of the body.
-    if !s.authorized(req.headers()) {
+    if !s.authorized(req.headers()).await {
         return Err(WebhookError::Unauthorized);
     }
     if !is_json(req.headers()) {
@@ -1134,11 +1261,11 @@ mod tests {
         (s, rx)
     }
 
-    #[test]
-    fn bearer_token_check() {
+    #[tokio::test]
+    async fn bearer_token_check() {
         let (s, _rx) = state("s3cret", &[], 1);
         let mut h = HeaderMap::new();
-        assert!(!s.authorized(&h));
+        assert!(!s.authorized(&h).await);
         for (value, ok) in [
             ("Bearer s3cret", true),
             ("bearer s3cret", true),
@@ -1149,8 +1276,92 @@ mod tests {
             ("Bearer ", false),
         ] {
             h.insert(header::AUTHORIZATION, value.parse().expect("header"));
-            assert_eq!(s.authorized(&h), ok, "{value}");
+            assert_eq!(s.authorized(&h).await, ok, "{value}");
         }
+    }
+
+    #[test]
+    fn an_unknown_token_rereads_at_most_once_per_period_and_waits_share_one_read() {
+        let t0 = tokio::time::Instant::now();
+        let every = REREAD_EVERY;
+        let ms = Duration::from_millis;
+        assert_eq!(
+            reread_plan(None, t0, every),
+            Reread::At(t0),
+            "first: at once"
+        );
+        // Arrived before a read began: that read covers it.
+        assert_eq!(reread_plan(Some(t0), t0 - ms(1), every), Reread::Shared);
+        assert_eq!(reread_plan(Some(t0), t0, every), Reread::Shared);
+        // Arrived after: the next read, not before `every` has passed.
+        assert_eq!(
+            reread_plan(Some(t0), t0 + ms(10), every),
+            Reread::At(t0 + every)
+        );
+        assert_eq!(
+            reread_plan(Some(t0), t0 + ms(1500), every),
+            Reread::At(t0 + ms(1500)),
+            "long after: at once"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unknown_token_rereads_the_file_and_is_accepted_if_rotated() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("token");
+        std::fs::write(&p, "first\n").expect("write");
+        let store = Arc::new(TokenStore::from_file(&p, Duration::from_secs(60)).expect("store"));
+        let known = store.check(b"first").await;
+        assert!(
+            known.accepted && known.reread.is_none(),
+            "no read for a known token"
+        );
+
+        std::fs::write(&p, "second\n").expect("write");
+        let start = tokio::time::Instant::now();
+        let c = store.check(b"second").await;
+        assert!(c.accepted, "rotated token accepted by the first request");
+        assert!(matches!(c.reread, Some(Ok(true))), "{c:?}");
+        assert!(
+            start.elapsed() < REREAD_EVERY / 2,
+            "no wait for the first read"
+        );
+        assert!(
+            store.check(b"first").await.accepted,
+            "previous one in grace"
+        );
+
+        // 50 concurrent wrong tokens right after: one read, a second later.
+        let checks: Vec<_> = (0..50)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move { store.check(format!("bad{i}").as_bytes()).await })
+            })
+            .collect();
+        let mut reads = 0;
+        for c in checks {
+            let c = c.await.expect("check");
+            assert!(!c.accepted);
+            reads += usize::from(c.reread.is_some());
+        }
+        assert_eq!(reads, 1, "a flood shares one read");
+        let took = start.elapsed();
+        assert!(
+            took >= REREAD_EVERY && took < REREAD_EVERY * 2,
+            "the read waited for its turn: {took:?}"
+        );
+
+        // A file that does not read keeps the tokens; the error is reported.
+        std::fs::write(&p, "\n").expect("write");
+        tokio::time::sleep(REREAD_EVERY).await;
+        let c = store.check(b"bad").await;
+        assert!(!c.accepted);
+        assert!(matches!(c.reread, Some(Err(_))), "{c:?}");
+        assert!(store.check(b"second").await.accepted);
+
+        let fixed = TokenStore::fixed(Arc::from(&b"t"[..]));
+        let c = fixed.check(b"u").await;
+        assert!(!c.accepted && c.reread.is_none(), "no file, no read");
     }
 
     #[test]
