@@ -159,7 +159,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bo
         .path_and_query()
         .map_or_else(String::new, |p| p.to_string());
     let reject = state.storm.load(Ordering::SeqCst)
-        && state.seen_in_storm.fetch_add(1, Ordering::SeqCst) % REJECT_OF != 0;
+        && !state
+            .seen_in_storm
+            .fetch_add(1, Ordering::SeqCst)
+            .is_multiple_of(REJECT_OF);
     let response = if reject {
         too_many_requests()
     } else {
