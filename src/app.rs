@@ -138,7 +138,11 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     };
     let signal_health = verifier.as_ref().map(|v| v.health());
     let (tx, rx) = tokio::sync::mpsc::channel(cfg.webhook.queue);
-    let client = crate::kube_client().await?;
+    let client = crate::kube_client_observed(crate::slowdown::layer::Observer {
+        throttled: metrics.apiserver_throttled.clone(),
+        backoff: metrics.apiserver_backoff.clone(),
+    })
+    .await?;
     crate::preflight::check_status_subresources(&client, &v.profiles).await?;
     // With leader election, several replicas may take Alertmanager's
     // notifications: they meet in the episode record.

@@ -28,6 +28,7 @@ pub mod scope;
 pub mod server;
 pub mod signals;
 pub mod sim;
+pub mod slowdown;
 pub mod store;
 pub mod supervise;
 pub mod sync;
@@ -40,8 +41,18 @@ pub mod watch;
 /// their logs, audit events and `managedFields` name remedy and its version.
 pub const USER_AGENT: &str = concat!("remedy/", env!("CARGO_PKG_VERSION"));
 
-/// The in-cluster or kubeconfig client, identified by [`USER_AGENT`].
+/// The in-cluster or kubeconfig client, identified by [`USER_AGENT`],
+/// whose 429s are not exported (one-shot commands).
 pub async fn kube_client() -> Result<kube::Client, kube::Error> {
+    kube_client_observed(slowdown::layer::Observer::default()).await
+}
+
+/// As [`kube_client`], every request through one [`slowdown`] gate: a 429
+/// makes all of remedy's clients (Lease, record, writes, watches) wait
+/// together; counted and timed in `observer`.
+pub async fn kube_client_observed(
+    observer: slowdown::layer::Observer,
+) -> Result<kube::Client, kube::Error> {
     let mut cfg = kube::Config::infer()
         .await
         .map_err(kube::Error::InferConfig)?;
@@ -49,5 +60,11 @@ pub async fn kube_client() -> Result<kube::Client, kube::Error> {
         axum::http::header::USER_AGENT,
         axum::http::HeaderValue::from_static(USER_AGENT),
     ));
-    kube::Client::try_from(cfg)
+    // kube's retry sends each 429'd request again on its own, 15 times:
+    // the slowdown layer retries instead, behind the shared gate.
+    cfg.default_retry = false;
+    let layer = slowdown::layer::SlowdownLayer::new(slowdown::Policy::default(), observer);
+    Ok(kube::client::ClientBuilder::try_from(cfg)?
+        .with_layer(&layer)
+        .build())
 }

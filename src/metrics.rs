@@ -411,6 +411,8 @@ pub struct Metrics {
     pub http_connections: Gauge,
     pub http_connections_refused: Counter,
     pub http_timeouts: Family<TimeoutLabels, Counter>,
+    pub apiserver_throttled: Counter,
+    pub apiserver_backoff: FGauge,
     max_resource_series: usize,
     /// Per-resource series: crash count and backoff delay.
     tracked: RwLock<HashMap<ResourceKey, ResourceValues>>,
@@ -454,6 +456,8 @@ impl Metrics {
             http_connections: Gauge::default(),
             http_connections_refused: Counter::default(),
             http_timeouts: Family::default(),
+            apiserver_throttled: Counter::default(),
+            apiserver_backoff: FGauge::default(),
             max_resource_series,
             tracked: RwLock::default(),
             last_encoded: AtomicUsize::new(0),
@@ -623,6 +627,17 @@ impl Metrics {
             "remedy_http_connection_timeouts",
             "Connections closed by a timeout: TLS handshake, request head (header) or no traffic (idle)",
             m.http_timeouts.clone(),
+        );
+        r.register(
+            "remedy_apiserver_throttled",
+            "Apiserver answers 429 Too Many Requests; every request then waits (slowdown.rs)",
+            m.apiserver_throttled.clone(),
+        );
+        r.register_with_unit(
+            "remedy_apiserver_backoff",
+            "How long a request to the apiserver now waits after a 429",
+            Unit::Seconds,
+            m.apiserver_backoff.clone(),
         );
         r.register(
             "remedy_build",
@@ -1463,6 +1478,36 @@ mod tests {
                     "{name}{{{label}}}: the README enumerates values nothing in the code lists; add them to `values` or pre-set them"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn apiserver_slowdown_metrics_are_exported_and_in_the_readme() {
+        let m = Metrics::new(10);
+        m.apiserver_throttled.inc();
+        m.apiserver_backoff.set(2.5);
+        let t = m.encode_as(Format::Text004).unwrap();
+        assert_eq!(
+            value(&t, "remedy_apiserver_throttled_total"),
+            Some(1.0),
+            "{t}"
+        );
+        assert_eq!(
+            value(&t, "remedy_apiserver_backoff_seconds"),
+            Some(2.5),
+            "{t}"
+        );
+        let readme = include_str!("../README.md");
+        for metric in [
+            "remedy_apiserver_throttled_total",
+            "remedy_apiserver_backoff_seconds",
+        ] {
+            assert!(
+                readme
+                    .lines()
+                    .any(|l| l.starts_with(&format!("| `{metric}`"))),
+                "README has no row for {metric}"
+            );
         }
     }
 

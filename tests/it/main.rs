@@ -3,6 +3,7 @@
 
 mod admission;
 mod alert_loop;
+mod apiserver_429;
 mod cli;
 mod crds;
 mod crossplane;

@@ -6,6 +6,7 @@ pub mod capo;
 pub mod objects;
 pub mod procs;
 pub mod proxy;
+pub mod storm;
 
 pub use procs::free_port;
 
