@@ -576,7 +576,7 @@ mod tests {
         b.put(forged.clone(), ep).unwrap();
         let adopted = Scope::recovered("A", "K");
         b.adopt_hold(adopted.clone(), t);
-        let dropped = b.distrust(&[r.clone()]);
+        let dropped = b.distrust(std::slice::from_ref(&r));
         assert_eq!(dropped, vec![forged]);
         let e = &b.map()[&real];
         assert!(

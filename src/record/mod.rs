@@ -317,7 +317,7 @@ pub fn shed_to_fit(
         }
     }
     finished.sort_by_key(|(_, _, at)| *at);
-    unproven.sort_by(|a, b| b.1.cmp(&a.1));
+    unproven.sort_by_key(|u| std::cmp::Reverse(u.1));
     let order = finished
         .into_iter()
         .map(|(s, n, _)| (s, n, Shed::Finished))
