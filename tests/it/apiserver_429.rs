@@ -5,32 +5,14 @@
 //! must back off together and come back without a burst; the figures are
 //! printed (README, "Reliability").
 
-use crate::support::objects::{api_for, create_with_status, sample};
+use crate::support::objects::{count_held, held_healthy_machines};
 use crate::support::storm::{Hit, StormProxy, per_second};
 use crate::support::{Remedy, TestCluster, eventually, namespace};
-use kube::api::{Api, DynamicObject};
-use remedy::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER};
-use serde_json::json;
 use std::time::Duration;
 
 const MACHINES: usize = 40;
 const STORM: Duration = Duration::from_secs(15);
 const AFTER: Duration = Duration::from_secs(15);
-
-async fn still_held(api: &Api<DynamicObject>) -> Option<usize> {
-    let list = api.list(&Default::default()).await.ok()?;
-    Some(
-        list.items
-            .iter()
-            .filter(|o| {
-                o.metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.get(CAPI_PAUSED).map(String::as_str) == Some(PAUSE_MARKER))
-            })
-            .count(),
-    )
-}
 
 /// What the requests were for, to see which client sent them.
 fn breakdown(hits: &[Hit]) -> String {
@@ -64,30 +46,7 @@ async fn a_429_storm_is_backed_off_and_recovery_has_no_burst() {
     let cluster = TestCluster::shared();
     let client = cluster.client().await;
     let ns = namespace(&client, "storm").await;
-    let record = serde_json::to_string(&HoldRecord {
-        since: chrono::Utc::now(),
-        reason: "breaker".into(),
-        crash_count: 1,
-        value: None,
-    })
-    .expect("record");
-    let mut api = None;
-    for i in 0..MACHINES {
-        let mut o = sample("capo-openstackmachine-error.yaml");
-        o.metadata.name = Some(format!("osm-{i:02}"));
-        o.metadata.annotations = Some(
-            [
-                (CAPI_PAUSED.to_string(), PAUSE_MARKER.to_string()),
-                (HOLD_ANNOTATION.to_string(), record.clone()),
-            ]
-            .into(),
-        );
-        // Held, the cloud back: remedy releases them through the storm.
-        o.data["status"] = json!({"ready": true, "instanceState": "ACTIVE"});
-        let created = create_with_status(&client, o, &ns).await;
-        api.get_or_insert_with(|| api_for(&client, &created, &ns));
-    }
-    let api = api.expect("api");
+    let api = held_healthy_machines(&client, &ns, MACHINES).await;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let proxy = StormProxy::start(&cluster.kubeconfig, dir.path()).await;
@@ -103,7 +62,7 @@ async fn a_429_storm_is_backed_off_and_recovery_has_no_burst() {
     );
     remedy.wait_ready().await;
     eventually(Duration::from_secs(60), "the first releases", || async {
-        still_held(&api).await.filter(|n| *n <= MACHINES - 2)
+        count_held(&api).await.filter(|n| *n <= MACHINES - 2)
     })
     .await;
 
@@ -165,7 +124,7 @@ async fn a_429_storm_is_backed_off_and_recovery_has_no_burst() {
     eventually(
         Duration::from_secs(120),
         "every machine released",
-        || async { still_held(&api).await.filter(|n| *n == 0) },
+        || async { count_held(&api).await.filter(|n| *n == 0) },
     )
     .await;
 }

@@ -4,59 +4,18 @@
 //! keep their plan marker, so nothing planned them again until someone else
 //! changed the object: some stayed held for good.
 
-use crate::support::objects::{api_for, create_with_status, sample};
+use crate::support::objects::{count_held, held_healthy_machines};
 use crate::support::{Remedy, TestCluster, eventually, namespace, proxy};
-use kube::api::{Api, DynamicObject};
-use remedy::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER};
-use serde_json::json;
 use std::time::{Duration, Instant};
 
 const MACHINES: usize = 30;
-
-async fn still_held(api: &Api<DynamicObject>) -> Option<usize> {
-    let list = api.list(&Default::default()).await.ok()?;
-    Some(
-        list.items
-            .iter()
-            .filter(|o| {
-                o.metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.get(CAPI_PAUSED).map(String::as_str) == Some(PAUSE_MARKER))
-            })
-            .count(),
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releases_cut_off_by_an_apiserver_outage_all_finish_after_it() {
     let cluster = TestCluster::shared();
     let client = cluster.client().await;
     let ns = namespace(&client, "outage-release").await;
-    let record = serde_json::to_string(&HoldRecord {
-        since: chrono::Utc::now(),
-        reason: "breaker".into(),
-        crash_count: 1,
-        value: None,
-    })
-    .expect("record");
-    let mut api = None;
-    for i in 0..MACHINES {
-        let mut o = sample("capo-openstackmachine-error.yaml");
-        o.metadata.name = Some(format!("osm-{i:02}"));
-        o.metadata.annotations = Some(
-            [
-                (CAPI_PAUSED.to_string(), PAUSE_MARKER.to_string()),
-                (HOLD_ANNOTATION.to_string(), record.clone()),
-            ]
-            .into(),
-        );
-        // The cloud is back: held, but healthy.
-        o.data["status"] = json!({"ready": true, "instanceState": "ACTIVE"});
-        let created = create_with_status(&client, o, &ns).await;
-        api.get_or_insert_with(|| api_for(&client, &created, &ns));
-    }
-    let api = api.expect("api");
+    let api = held_healthy_machines(&client, &ns, MACHINES).await;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let (link, kubeconfig) = proxy::in_front_of(&cluster.kubeconfig, dir.path()).await;
@@ -71,12 +30,12 @@ async fn releases_cut_off_by_an_apiserver_outage_all_finish_after_it() {
     );
     remedy.wait_ready().await;
     eventually(Duration::from_secs(30), "the first releases", || async {
-        still_held(&api).await.filter(|n| *n <= MACHINES - 3)
+        count_held(&api).await.filter(|n| *n <= MACHINES - 3)
     })
     .await;
     link.cut();
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let held_at_heal = still_held(&api).await.expect("list");
+    let held_at_heal = count_held(&api).await.expect("list");
     assert!(
         held_at_heal > 0,
         "the cut came too late to interrupt releases"
@@ -86,7 +45,7 @@ async fn releases_cut_off_by_an_apiserver_outage_all_finish_after_it() {
     eventually(
         Duration::from_secs(90),
         "every machine released",
-        || async { still_held(&api).await.filter(|n| *n == 0) },
+        || async { count_held(&api).await.filter(|n| *n == 0) },
     )
     .await;
     let took = healed.elapsed();

@@ -135,3 +135,49 @@ pub async fn events_by_reason(client: &Client, ns: &str, reason: &str) -> BTreeM
     }
     per
 }
+
+/// `n` OpenStackMachines (`osm-00`…) held by remedy's breaker, the cloud
+/// back (healthy status): what a release has to work through.
+pub async fn held_healthy_machines(client: &Client, ns: &str, n: usize) -> Api<DynamicObject> {
+    use remedy::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER};
+    let record = serde_json::to_string(&HoldRecord {
+        since: chrono::Utc::now(),
+        reason: "breaker".into(),
+        crash_count: 1,
+        value: None,
+    })
+    .expect("record");
+    let mut api = None;
+    for i in 0..n {
+        let mut o = sample("capo-openstackmachine-error.yaml");
+        o.metadata.name = Some(format!("osm-{i:02}"));
+        o.metadata.annotations = Some(
+            [
+                (CAPI_PAUSED.to_string(), PAUSE_MARKER.to_string()),
+                (HOLD_ANNOTATION.to_string(), record.clone()),
+            ]
+            .into(),
+        );
+        o.data["status"] = serde_json::json!({"ready": true, "instanceState": "ACTIVE"});
+        let created = create_with_status(client, o, ns).await;
+        api.get_or_insert_with(|| api_for(client, &created, ns));
+    }
+    api.expect("at least one machine")
+}
+
+/// How many objects carry remedy's pause; `None` if the list failed.
+pub async fn count_held(api: &Api<DynamicObject>) -> Option<usize> {
+    use remedy::profile::{CAPI_PAUSED, PAUSE_MARKER};
+    let list = api.list(&Default::default()).await.ok()?;
+    Some(
+        list.items
+            .iter()
+            .filter(|o| {
+                o.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.get(CAPI_PAUSED).map(String::as_str) == Some(PAUSE_MARKER))
+            })
+            .count(),
+    )
+}
