@@ -1137,13 +1137,7 @@ mod tests {
         ] {
             assert!(values::ACTION_RESULTS.contains(&e.label()), "{e}");
         }
-        let refusals = [
-            Refusal::ClusterWide,
-            Refusal::Full,
-            Refusal::Unproven,
-            Refusal::OverCap,
-        ];
-        let got: Vec<_> = refusals.iter().map(Refusal::label).collect();
+        let got: Vec<_> = Refusal::ALL.iter().map(Refusal::label).collect();
         assert_eq!(got, values::REFUSALS);
         for s in [AlertStatus::Firing, AlertStatus::Resolved] {
             assert!(values::WEBHOOK_STATUSES.contains(&s.as_str()));

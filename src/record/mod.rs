@@ -570,19 +570,27 @@ mod tests {
         );
         // Junk: 253-byte namespaces, firing from the record (unproven), and
         // finished ones.
-        let long = |i: usize| format!("{i:04}{}", "x".repeat(249));
-        for i in 0..600 {
+        let long = |i: usize| {
+            let v = format!("{i:04}{}", "x".repeat(249));
+            let labels: std::collections::BTreeMap<String, String> = [
+                ("namespace".to_string(), v.clone()),
+                ("kind".to_string(), v),
+            ]
+            .into();
+            Scope::from_alert(&rule, &labels)
+        };
+        for i in 0..690 {
             book.notify_as(
                 &rule,
-                &scope(&long(i)),
+                &long(i),
                 true,
                 t,
                 crate::episodes::Evidence::Unproven,
             )
             .unwrap();
         }
-        for i in 600..900 {
-            book.notify(&rule, &scope(&long(i)), false, t).unwrap();
+        for i in 690..990 {
+            book.notify(&rule, &long(i), false, t).unwrap();
         }
         let base = Record::empty();
         assert!(
@@ -595,8 +603,9 @@ mod tests {
             .encode()
             .expect("fits now");
         assert!(text.len() <= MAX_BYTES);
-        assert!(shed.iter().filter(|(_, w)| *w == Shed::Finished).count() == 300);
-        assert!(shed.iter().any(|(_, w)| *w == Shed::Unproven));
+        // Every finished one went before the first unproven one.
+        let first_unproven = shed.iter().position(|(_, w)| *w == Shed::Unproven);
+        assert_eq!(first_unproven, Some(300), "{} shed", shed.len());
         assert!(book.map().contains_key(&firing) && book.targets(&key));
         // Under the bound nothing goes.
         assert!(shed_to_fit(&base, &mut book, 0, "l").is_empty());
