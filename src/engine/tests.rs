@@ -52,6 +52,14 @@ fn osm(name: &str, failing: bool, annotations: serde_json::Value) -> DynamicObje
     .unwrap()
 }
 
+/// Every episode verified cleared now, as Prometheus would answer.
+fn verify_all(e: &Engine) {
+    let mut st = e.state.lock().unwrap();
+    for scope in st.episodes.map().keys().cloned().collect::<Vec<_>>() {
+        st.episodes.get_mut(&scope).unwrap().verified_at = Some(Utc::now());
+    }
+}
+
 fn pending(e: &Engine) -> Vec<(String, &'static str)> {
     let g = e.pending.goals.lock().unwrap();
     g.queued
@@ -223,11 +231,7 @@ async fn a_verified_episode_remediates_its_targets_once_and_not_later_failures()
     store.apply(0, &osm("a", true, json!({})));
     e.handle(&alert(AlertStatus::Firing));
     e.handle(&alert(AlertStatus::Resolved));
-    {
-        let mut st = e.state.lock().unwrap();
-        let scope = st.episodes.map().keys().next().unwrap().clone();
-        st.episodes.get_mut(&scope).unwrap().verified_at = Some(Utc::now());
-    }
+    verify_all(&e);
     e.tick().await;
     assert_eq!(pending(&e), vec![("a".into(), "remediate")]);
     // The remediation is done (the worker reports it), then "a" fails
@@ -267,11 +271,7 @@ async fn remedy_releases_total_counts_releases_not_remediations() {
     store.apply(0, &osm("a", true, json!({})));
     e.handle(&alert(AlertStatus::Firing));
     e.handle(&alert(AlertStatus::Resolved));
-    {
-        let mut st = e.state.lock().unwrap();
-        let scope = st.episodes.map().keys().next().unwrap().clone();
-        st.episodes.get_mut(&scope).unwrap().verified_at = Some(Utc::now());
-    }
+    verify_all(&e);
     e.tick().await;
     assert_eq!(pending(&e), vec![("a".into(), "remediate")]);
     assert_eq!(releases(&e), 0, "a remediation counted as a release");
@@ -669,12 +669,7 @@ async fn an_adopted_hold_remediates_only_what_it_holds_never_the_rest_of_the_kin
     assert_eq!(adopted.len(), 1);
     assert!(adopted[0].adopted && adopted[0].matchers.is_empty());
     // Verified cleared (as Prometheus would answer).
-    {
-        let mut st = e.state.lock().unwrap();
-        for ep in st.episodes.map().keys().cloned().collect::<Vec<_>>() {
-            st.episodes.get_mut(&ep).unwrap().verified_at = Some(Utc::now());
-        }
-    }
+    verify_all(&e);
     e.tick().await;
     assert_eq!(pending(&e), vec![("a".into(), "remediate")]);
 }
