@@ -77,7 +77,20 @@ def dep_info_of(filename):
             stem = stem[3:]
     elif ext not in ("", ".exe", ".dll"):
         stem = base
-    return os.path.join(d, stem + ".d")
+    own = os.path.join(d, stem + ".d")
+    if os.path.exists(own) or not os.path.exists(filename):
+        return own
+    # Cargo writes debug/remedy.d only for the units a command asked for; a
+    # binary built as a dependency of the integration tests (CARGO_BIN_EXE)
+    # is uplifted from deps/ without it. The uplifted file is a hard link
+    # to (or a copy of) deps/remedy-HASH, whose dep-info rustc did write.
+    deps = os.path.join(d, "deps")
+    if os.path.isdir(deps):
+        for name in os.listdir(deps):
+            cand = os.path.join(deps, name)
+            if os.path.splitext(name)[1] == "" and os.path.samefile(cand, filename):
+                return cand + ".d"
+    return own
 
 compiled = set()
 artifacts = 0
