@@ -60,6 +60,8 @@ struct State {
     record: Tracker,
     /// Goals that failed, planned again after their backoff.
     retries: Retries<ResourceKey>,
+    /// When firing episodes without proof were last checked (engine clock).
+    firing_proof_at: Option<Duration>,
 }
 
 pub struct Engine {
@@ -122,6 +124,7 @@ impl Engine {
                 report: StatusReport::default(),
                 record: Tracker::default(),
                 retries: Retries::default(),
+                firing_proof_at: None,
             }),
             pending: Pending::default(),
             recovery: Mutex::new(recovery::Schedule::default()),
@@ -199,6 +202,7 @@ impl Engine {
             self.recover(wall).await;
         }
         if decides {
+            self.prove_firing(now).await;
             self.verify(wall).await;
         }
         let external = match (&self.verifier, &self.breaker_query) {

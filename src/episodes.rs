@@ -270,6 +270,39 @@ impl Book {
         dropped
     }
 
+    /// Alerts with a firing episode that carries no proof that it fired
+    /// (taken from the episode record's inbox): what to ask Prometheus.
+    pub fn unproven_firing(&self) -> BTreeSet<String> {
+        self.episodes
+            .values()
+            .filter(|e| e.firing && !e.fired)
+            .map(|e| e.alertname.clone())
+            .collect()
+    }
+
+    /// Proves firing episodes from `sets`, the `ALERTS` label sets
+    /// Prometheus has for their alerts: an episode is proven when one set
+    /// names its alert and carries every one of its matchers. Proven, it is
+    /// kept when the record must shed (a real outage outranks junk scopes).
+    /// Returns how many were proven.
+    pub fn prove_firing(&mut self, sets: &[BTreeMap<String, String>]) -> usize {
+        let mut proven = 0;
+        for ep in self.episodes.values_mut() {
+            if !ep.firing || ep.fired {
+                continue;
+            }
+            let seen = sets.iter().any(|l| {
+                l.get("alertname") == Some(&ep.alertname)
+                    && ep.matchers.iter().all(|(k, v)| l.get(k) == Some(v))
+            });
+            if seen {
+                ep.fired = true;
+                proven += 1;
+            }
+        }
+        proven
+    }
+
     /// Inserts or overwrites an episode (recovery), if there is room.
     pub fn put(&mut self, scope: Scope, ep: Episode) -> Result<(), Refusal> {
         if !self.episodes.contains_key(&scope) {
@@ -616,5 +649,35 @@ mod tests {
             b.notify_as(&r, &bad, true, t, Evidence::Unproven),
             Err(Refusal::InvalidScope)
         );
+    }
+
+    #[test]
+    fn a_firing_episode_from_the_record_is_proven_only_by_its_own_alert_series() {
+        let r = rule(false);
+        let t = Utc::now();
+        let mut b = Book::default();
+        for k in ["K", "J"] {
+            b.notify_as(&r, &scope(Some(k)), true, t, Evidence::Unproven)
+                .unwrap();
+        }
+        assert_eq!(b.unproven_firing(), BTreeSet::from(["A".to_string()]));
+        let set = |alert: &str, kind: &str| -> BTreeMap<String, String> {
+            [("alertname", alert), ("kind", kind), ("severity", "page")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        // Another alert's series, or another kind's, proves nothing.
+        assert_eq!(b.prove_firing(&[set("B", "K"), set("A", "X")]), 0);
+        assert!(!b.map()[&scope(Some("K"))].fired);
+        // Its own series (extra labels allowed) proves K, not J.
+        assert_eq!(b.prove_firing(&[set("A", "K")]), 1);
+        assert!(b.map()[&scope(Some("K"))].fired);
+        assert!(!b.map()[&scope(Some("J"))].fired);
+        // A proven one is not counted again; a resolved one is not touched.
+        b.notify_as(&r, &scope(Some("J")), false, t, Evidence::Unproven)
+            .unwrap();
+        assert_eq!(b.prove_firing(&[set("A", "K"), set("A", "J")]), 0);
+        assert!(b.unproven_firing().is_empty());
     }
 }

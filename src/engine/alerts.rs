@@ -4,6 +4,9 @@
 use super::*;
 use crate::episodes::Evidence;
 
+/// How often firing episodes without proof are checked against Prometheus.
+const PROOF_EVERY: Duration = Duration::from_secs(2);
+
 impl Engine {
     /// Records an alert notification. Firing cancels queued remediation in
     /// its scope at once; resolved only starts the settle clock. A refused
@@ -126,6 +129,47 @@ impl Engine {
         }
         for scope in firing {
             self.cancel_remediation(scope);
+        }
+    }
+
+    /// Asks Prometheus, at most every [`PROOF_EVERY`], whether the alerts
+    /// of firing episodes taken from the episode record (no proof that they
+    /// fired) have `ALERTS` series for their scopes. Proven ones outrank
+    /// junk when the record must shed; the rest wait, holding what they
+    /// hold, and are the first to go. An error changes nothing.
+    pub(super) async fn prove_firing(&self, now: Duration) {
+        let names: Vec<String> = {
+            let mut st = self.state.locked();
+            let recent = st
+                .firing_proof_at
+                .is_some_and(|at| now.saturating_sub(at) < PROOF_EVERY);
+            if recent {
+                return;
+            }
+            let names = st.episodes.unproven_firing();
+            if names.is_empty() {
+                return;
+            }
+            st.firing_proof_at = Some(now);
+            names.into_iter().collect()
+        };
+        let Some(v) = &self.verifier else {
+            return;
+        };
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        match v.alert_label_sets(&names, Some(EPISODE_TTL)).await {
+            Ok(sets) => {
+                let proven = self.state.locked().episodes.prove_firing(&sets);
+                if proven > 0 {
+                    tracing::info!(
+                        proven,
+                        "firing episodes from the episode record confirmed by Prometheus"
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, label = e.label(), "cannot check whether recorded firing alerts fired; retrying later")
+            }
         }
     }
 

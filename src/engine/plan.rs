@@ -19,13 +19,16 @@ impl Engine {
         let profiles = self.store.profiles();
         let backoff = self.store.backoff();
         // Firing scopes that select more than their alert's cap hold
-        // nothing (counted once, when the episode first goes over).
+        // nothing (counted once, when the episode first goes over). Nor do
+        // firing episodes not proven to have fired (taken from the episode
+        // record, which anyone allowed to write the ConfigMap could have
+        // filled): a hold they made would itself pass for proof later.
         let over = self.firing_over_cap(st);
         let firing: Vec<&Scope> = st
             .episodes
             .map()
             .iter()
-            .filter(|(s, e)| e.firing && !over.contains(*s))
+            .filter(|(s, e)| e.firing && e.fired && !over.contains(*s))
             .map(|(s, _)| s)
             .collect();
         let verified: Vec<&Scope> = st
