@@ -326,7 +326,8 @@ pub mod values {
     pub const TOKEN_RELOADS: &[&str] = &["reloaded", "error"];
     /// `server.rs` `count_timeout`.
     pub const HTTP_TIMEOUTS: &[&str] = &["handshake", "header", "idle"];
-    pub const RECORD_WRITERS: &[&str] = &["webhook", "leader"];
+    /// `repair`: a corrupt record replaced by an empty one when read.
+    pub const RECORD_WRITERS: &[&str] = &["webhook", "leader", "repair"];
     /// `record::RecordError::label` of what a write can return, and ok.
     pub const RECORD_RESULTS: &[&str] = &["ok", "conflict", "too_large", "forbidden", "error"];
     /// `record::Shed::label`: what was dropped to keep the record writable.

@@ -84,8 +84,9 @@ impl RecordApi {
         match Record::decode(text) {
             Ok(r) => Ok(Some(Found::new(r, rv, uid))),
             // Refusing it would refuse every notification until someone
-            // deletes it: it is read as empty, so the next write replaces
-            // it, and its text is kept in the log.
+            // deletes it: it is replaced by an empty record at once (against
+            // the resourceVersion read, so a repair never overwrites a
+            // newer write), and its text is kept in the log.
             Err(RecordError::Corrupt(why)) => {
                 let copy: String = text.chars().take(64 * 1024).collect();
                 tracing::error!(record = %self.name, %rv, error = %why, old_text = %copy, "episode record is corrupt: rewriting it; its old text is in this line");
@@ -93,7 +94,14 @@ impl RecordApi {
                     .record_shed
                     .get_or_create(&crate::metrics::ShedLabels { reason: "corrupt" })
                     .inc();
-                Ok(Some(Found::new(Record::empty(), rv, uid)))
+                let empty = Record::empty();
+                let rv = match self.write("repair", &empty, Some(&rv)).await {
+                    Ok(Some(new_rv)) => new_rv,
+                    // A conflict or an error: the next write against the old
+                    // resourceVersion fails too, and reads again.
+                    Ok(None) | Err(_) => rv,
+                };
+                Ok(Some(Found::new(empty, rv, uid)))
             }
             Err(e) => Err(e),
         }

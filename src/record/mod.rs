@@ -35,6 +35,11 @@ pub const VERSION: u32 = 1;
 pub const MAX_INBOX: usize = 256;
 /// Encoded size at most: a ConfigMap holds 1 MiB with its metadata.
 pub const MAX_BYTES: usize = 900 * 1024;
+/// The leader sheds episodes down to this, so that whatever the episodes
+/// hold, a quarter of the record (225 KiB, a hundred notifications even
+/// of scopes with four 253-byte values) stays free for the webhook's notifications: a full
+/// record would answer every delivery 503, the real resolved one too.
+pub const LEADER_BYTES: usize = MAX_BYTES / 4 * 3;
 /// Remediation targets kept across all episodes; an episode that would
 /// take more is over its cap (it remediates nothing, counted).
 pub const MAX_TARGETS: usize = 2000;
@@ -284,7 +289,7 @@ impl Shed {
 }
 
 /// Drops episodes from `book` until `base` written with them fits in
-/// [`MAX_BYTES`]: finished ones first (oldest first), then firing ones not
+/// [`LEADER_BYTES`]: finished ones first (oldest first), then firing ones not
 /// proven to have fired (largest first). Firing episodes proven real and
 /// episodes with remediations to do are never dropped. Returns what went.
 pub fn shed_to_fit(
@@ -298,7 +303,7 @@ pub fn shed_to_fit(
             .map_or(usize::MAX, |t| t.len())
     };
     let mut total = size(book);
-    if total <= MAX_BYTES {
+    if total <= LEADER_BYTES {
         return Vec::new();
     }
     let entry = |scope: &Scope, ep: &Episode| {
@@ -324,7 +329,7 @@ pub fn shed_to_fit(
         .chain(unproven.into_iter().map(|(s, n)| (s, n, Shed::Unproven)));
     let mut shed = Vec::new();
     for (scope, n, why) in order {
-        if total <= MAX_BYTES {
+        if total <= LEADER_BYTES {
             break;
         }
         book.remove(&scope);
@@ -602,10 +607,18 @@ mod tests {
             .with_episodes(&book, 0, "l")
             .encode()
             .expect("fits now");
-        assert!(text.len() <= MAX_BYTES);
+        assert!(text.len() <= LEADER_BYTES, "{}", text.len());
         // Every finished one went before the first unproven one.
         let first_unproven = shed.iter().position(|(_, w)| *w == Shed::Unproven);
         assert_eq!(first_unproven, Some(300), "{} shed", shed.len());
+        // What is left leaves room for a hundred notifications of the
+        // largest scopes.
+        let mut after = base.with_episodes(&book, 0, "l");
+        let notices: Vec<_> = (2000..2100).map(|i| (long(i), true, t)).collect();
+        assert_eq!(after.append(&notices).map_err(|e| e.to_string()), Ok(100));
+        after
+            .encode()
+            .expect("the notifications fit beside the episodes");
         assert!(book.map().contains_key(&firing) && book.targets(&key));
         // Under the bound nothing goes.
         assert!(shed_to_fit(&base, &mut book, 0, "l").is_empty());
