@@ -11,8 +11,11 @@
 //! - a restarted remedy serves the breaker cooldown before releasing the
 //!   breaker holds it finds.
 
-use crate::support::objects::{api_for, create_with_status, sample, set_status};
+use crate::support::objects::{
+    api_for, count, create_with_status, failed, held, sample, set_status,
+};
 use crate::support::procs::{Proc, start_prometheus_at};
+use crate::support::webhook::{self, alert_labels, notification};
 use crate::support::{Remedy, TestCluster, free_port, namespace};
 use kube::api::{Api, DynamicObject};
 use remedy::profile::{
@@ -82,93 +85,20 @@ async fn setup(prefix: &str, n: usize, alert_extra: &str) -> Setup {
     }
 }
 
-/// A v4 notification of `alerts` (label sets), all with `status`.
-fn notification(status: &str, alerts: &[BTreeMap<&str, String>]) -> Value {
-    let alerts: Vec<Value> = alerts
-        .iter()
-        .map(|labels| {
-            // Alertmanager's fingerprint is a hash of the label set.
-            let mut h = std::hash::DefaultHasher::new();
-            std::hash::Hash::hash(labels, &mut h);
-            let fingerprint = format!("{:016x}", std::hash::Hasher::finish(&h));
-            json!({"status": status, "labels": labels, "annotations": {},
-                   "startsAt": "2026-12-03T00:00:00Z",
-                   "endsAt": if status == "resolved" { "2026-12-03T00:05:00Z" } else { "0001-01-01T00:00:00Z" },
-                   "generatorURL": "http://prometheus/graph", "fingerprint": fingerprint})
-        })
-        .collect();
-    json!({"receiver": "remedy", "status": status, "alerts": alerts,
-           "groupLabels": {"alertname": ALERT}, "commonLabels": {"alertname": ALERT},
-           "commonAnnotations": {}, "externalURL": "http://alertmanager:9093", "version": "4",
-           "groupKey": format!("{{}}:{{alertname=\"{ALERT}\"}}"), "truncatedAlerts": 0})
-}
-
 fn labels(kind: Option<&str>) -> BTreeMap<&'static str, String> {
-    let mut l = BTreeMap::from([("alertname", ALERT.to_string())]);
-    if let Some(k) = kind {
-        l.insert("kind", k.to_string());
+    match kind {
+        Some(k) => alert_labels(ALERT, &[("kind", k)]),
+        None => alert_labels(ALERT, &[]),
     }
-    l
 }
 
 async fn post(remedy: &Remedy, body: &Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{}/webhook/alertmanager", remedy.url))
-        .bearer_auth(TOKEN)
-        .json(body)
-        .send()
-        .await
-        .expect("post");
-    assert!(r.status().is_success(), "webhook answered {}", r.status());
-}
-
-/// As `eventually`, but a timeout shows remedy's log and /status.
-async fn until<F, Fut>(remedy: &Remedy, timeout: Duration, what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !f().await {
-        if tokio::time::Instant::now() > deadline {
-            let (_, status) = remedy.get("/status").await.unwrap_or_default();
-            panic!(
-                "timed out waiting for {what}\n{status}\n{}",
-                remedy.log_tail()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn metric(remedy: &Remedy, series: &str) -> f64 {
-    let (_, text) = remedy.get("/metrics").await.expect("metrics");
-    crate::support::sample(&text, series).unwrap_or(0.0)
+    let status = webhook::post(&remedy.url, TOKEN, body).await;
+    assert!((200..300).contains(&status), "webhook answered {status}");
 }
 
 fn refused(reason: &str) -> String {
     format!(r#"remedy_episodes_refused_total{{alert="{ALERT}",reason="{reason}"}}"#)
-}
-
-async fn count(api: &Api<DynamicObject>, pred: impl Fn(&DynamicObject) -> bool) -> usize {
-    api.list(&Default::default())
-        .await
-        .expect("list")
-        .items
-        .iter()
-        .filter(|o| pred(o))
-        .count()
-}
-
-fn failed(o: &DynamicObject) -> bool {
-    !o.data["status"]["failureReason"].is_null()
-}
-
-fn held(o: &DynamicObject) -> bool {
-    o.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(HOLD_ANNOTATION))
 }
 
 #[tokio::test]
@@ -179,13 +109,11 @@ async fn a_resolved_notification_without_proof_of_firing_clears_nothing() {
         &notification("resolved", &[labels(Some("OpenStackMachine"))]),
     )
     .await;
-    until(
-        &s.remedy,
-        Duration::from_secs(20),
-        "the refusal counted",
-        || async { metric(&s.remedy, &refused("unproven")).await == 1.0 },
-    )
-    .await;
+    s.remedy
+        .until(Duration::from_secs(20), "the refusal counted", || async {
+            s.remedy.metric(&refused("unproven")).await == 1.0
+        })
+        .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         count(&s.api, failed).await,
@@ -209,17 +137,13 @@ async fn a_firing_alert_that_selects_everything_or_too_much_holds_nothing() {
         &notification("firing", &[labels(Some("OpenStackMachine"))]),
     )
     .await;
-    until(
-        &s.remedy,
-        Duration::from_secs(20),
-        "both refusals counted",
-        || async {
-            let wide = metric(&s.remedy, &refused("cluster_wide")).await;
-            let cap = metric(&s.remedy, &refused("over_cap")).await;
+    s.remedy
+        .until(Duration::from_secs(20), "both refusals counted", || async {
+            let wide = s.remedy.metric(&refused("cluster_wide")).await;
+            let cap = s.remedy.metric(&refused("over_cap")).await;
             wide == 1.0 && cap == 1.0
-        },
-    )
-    .await;
+        })
+        .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(count(&s.api, held).await, 0, "{}", s.remedy.log_tail());
 }
@@ -229,23 +153,22 @@ async fn a_verified_episode_remediates_once_and_a_later_failure_takes_the_normal
     let s = setup("once", 3, "").await;
     let scope = [labels(Some("OpenStackMachine"))];
     post(&s.remedy, &notification("firing", &scope)).await;
-    until(
-        &s.remedy,
-        Duration::from_secs(20),
-        "held for the alert",
-        || async { count(&s.api, held).await == 3 },
-    )
-    .await;
+    s.remedy
+        .until(Duration::from_secs(20), "held for the alert", || async {
+            count(&s.api, held).await == 3
+        })
+        .await;
     // Resolved; Prometheus has no ALERTS for it, so it verifies as cleared,
     // and the webhook saw it firing: proven.
     post(&s.remedy, &notification("resolved", &scope)).await;
-    until(&s.remedy, Duration::from_secs(30), "remediated", || async {
-        let clean = count(&s.api, |o| !failed(o) && !held(o)).await;
-        clean == 3
-    })
-    .await;
+    s.remedy
+        .until(Duration::from_secs(30), "remediated", || async {
+            let clean = count(&s.api, |o| !failed(o) && !held(o)).await;
+            clean == 3
+        })
+        .await;
     let clears = r#"remedy_actions_total{action="clear_failure",result="success"}"#;
-    assert_eq!(metric(&s.remedy, clears).await, 3.0);
+    assert_eq!(s.remedy.metric(clears).await, 3.0);
     // osm-0 fails again within the episode's hour: not the old episode's.
     set_status(&s.api, "osm-0", failing()).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -255,7 +178,7 @@ async fn a_verified_episode_remediates_once_and_a_later_failure_takes_the_normal
         "cleared again by the old episode\n{}",
         s.remedy.log_tail()
     );
-    assert_eq!(metric(&s.remedy, clears).await, 3.0);
+    assert_eq!(s.remedy.metric(clears).await, 3.0);
 }
 
 #[tokio::test]
@@ -266,25 +189,21 @@ async fn junk_firing_scopes_do_not_evict_a_real_firing_episode() {
         &notification("firing", &[labels(Some("OpenStackMachine"))]),
     )
     .await;
-    until(
-        &s.remedy,
-        Duration::from_secs(20),
-        "the real scope holds",
-        || async { count(&s.api, held).await == 1 },
-    )
-    .await;
+    s.remedy
+        .until(Duration::from_secs(20), "the real scope holds", || async {
+            count(&s.api, held).await == 1
+        })
+        .await;
     // 1,000 more firing scopes: 999 fit beside the real one, one is refused.
     let junk: Vec<_> = (0..1000)
         .map(|i| labels(Some(&format!("Junk{i}"))))
         .collect();
     post(&s.remedy, &notification("firing", &junk)).await;
-    until(
-        &s.remedy,
-        Duration::from_secs(20),
-        "the overflow refused",
-        || async { metric(&s.remedy, &refused("full")).await == 1.0 },
-    )
-    .await;
+    s.remedy
+        .until(Duration::from_secs(20), "the overflow refused", || async {
+            s.remedy.metric(&refused("full")).await == 1.0
+        })
+        .await;
     // A new failure in the real scope is still held.
     let client = TestCluster::shared().client().await;
     let ns = s.api.get("osm-0").await.expect("osm-0").metadata.namespace;
@@ -292,13 +211,11 @@ async fn junk_firing_scopes_do_not_evict_a_real_firing_episode() {
     o.metadata.name = Some("osm-new".into());
     o.data["status"] = failing();
     create_with_status(&client, o, ns.as_deref().unwrap_or_default()).await;
-    until(
-        &s.remedy,
-        Duration::from_secs(20),
-        "the new failure held",
-        || async { count(&s.api, held).await == 2 },
-    )
-    .await;
+    s.remedy
+        .until(Duration::from_secs(20), "the new failure held", || async {
+            count(&s.api, held).await == 2
+        })
+        .await;
 }
 
 #[tokio::test]

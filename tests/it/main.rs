@@ -23,6 +23,7 @@ mod listener;
 mod otlp;
 mod provider_rules;
 mod rbac;
+mod record_trust;
 mod release_after_outage;
 mod remediate;
 mod signals_auth;

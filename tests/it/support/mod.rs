@@ -7,6 +7,7 @@ pub mod objects;
 pub mod procs;
 pub mod proxy;
 pub mod storm;
+pub mod webhook;
 
 pub use procs::free_port;
 
@@ -325,6 +326,32 @@ impl Remedy {
         let r = reqwest::get(format!("{}{path}", self.url)).await.ok()?;
         let code = r.status().as_u16();
         Some((code, r.text().await.ok()?))
+    }
+
+    /// One series of /metrics (0 when absent).
+    pub async fn metric(&self, series: &str) -> f64 {
+        let (_, text) = self.get("/metrics").await.expect("metrics");
+        sample(&text, series).unwrap_or(0.0)
+    }
+
+    /// As [`eventually`], but a timeout shows this replica's /status and
+    /// log.
+    pub async fn until<F, Fut>(&self, timeout: Duration, what: &str, mut f: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + timeout;
+        while !f().await {
+            if Instant::now() > deadline {
+                let (_, status) = self.get("/status").await.unwrap_or_default();
+                panic!(
+                    "timed out waiting for {what}\n{status}\n{}",
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     pub async fn wait_ready(&self) {

@@ -181,3 +181,35 @@ pub async fn count_held(api: &Api<DynamicObject>) -> Option<usize> {
             .count(),
     )
 }
+
+/// How many objects `api` lists that satisfy `pred`.
+pub async fn count(api: &Api<DynamicObject>, pred: impl Fn(&DynamicObject) -> bool) -> usize {
+    api.list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .filter(|o| pred(o))
+        .count()
+}
+
+/// The object's status carries a failure.
+pub fn failed(o: &DynamicObject) -> bool {
+    !o.data["status"]["failureReason"].is_null()
+}
+
+/// remedy's hold record is on the object.
+pub fn held(o: &DynamicObject) -> bool {
+    o.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(remedy::profile::HOLD_ANNOTATION))
+}
+
+/// The object is paused (by anyone).
+pub fn paused(o: &DynamicObject) -> bool {
+    o.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(remedy::profile::CAPI_PAUSED))
+}
