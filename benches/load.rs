@@ -18,15 +18,15 @@
 use futures::StreamExt;
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
-use remedy::backoff::BackoffPolicy;
-use remedy::classify::{Classifier, default_rules};
 use remedy::config::HttpConfig;
+use remedy::daemon::server::{self, Http, Readiness};
+use remedy::daemon::store::Store;
 use remedy::metrics::Metrics;
-use remedy::profile::builtin;
-use remedy::server::{self, Http, Readiness};
+use remedy::model::backoff::BackoffPolicy;
+use remedy::model::classify::{Classifier, default_rules};
+use remedy::model::profile::builtin;
+use remedy::model::view::ResourceKey;
 use remedy::signals::{Dedupe, WebhookState, router};
-use remedy::store::Store;
-use remedy::view::ResourceKey;
 use serde_json::json;
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -173,7 +173,7 @@ fn self_signed() -> BenchResult<Tls> {
     std::fs::write(&cfg.key_file, ck.signing_key.serialize_pem()).map_err(err)?;
     Ok(Tls {
         cert_pem: ck.cert.pem(),
-        config: remedy::tls::load(&cfg).map_err(err)?.config,
+        config: remedy::daemon::tls::load(&cfg).map_err(err)?.config,
     })
 }
 
@@ -352,7 +352,7 @@ struct SaturationFigures {
 /// what the notifications cost, not remediation. Logs are formatted at INFO
 /// (into a sink), as `remedy serve` does by default.
 /// Ready with the engine's notes, as `app::serve`'s readiness reports them.
-struct EngineReadiness(Arc<remedy::engine::Engine>);
+struct EngineReadiness(Arc<remedy::daemon::engine::Engine>);
 
 impl Readiness for EngineReadiness {
     fn check(&self) -> Result<Vec<String>, Vec<String>> {
@@ -401,15 +401,15 @@ fn webhook_saturation() -> BenchResult<SaturationFigures> {
             "http://127.0.0.1:9".parse().map_err(err)?,
         ))
         .map_err(err)?;
-        let leader = remedy::leader::Leadership::fixed(true);
-        let executor = Arc::new(remedy::remediate::execute::Executor::new(
+        let leader = remedy::daemon::leader::Leadership::fixed(true);
+        let executor = Arc::new(remedy::daemon::execute::Executor::new(
             client,
             metrics.clone(),
-            Arc::new(remedy::remediate::execute::WriteLimiter::new(20.0, 50)),
+            Arc::new(remedy::daemon::execute::WriteLimiter::new(20.0, 50)),
             leader.clone(),
             true,
         ));
-        let engine = remedy::engine::Engine::new(&cfg, store, executor, None, leader);
+        let engine = remedy::daemon::engine::Engine::new(&cfg, store, executor, None, leader);
         tokio::spawn(engine.clone().run(cfg.tick, rx));
         // As `app::serve`: readiness asks the engine, and a task keeps
         // remedy_ready current every tick.
@@ -832,8 +832,8 @@ fn fleet(scenario: &str) -> BenchResult<()> {
             "{:<28} inline sizes: ResourceKey {} B, store Entry {} B (ResourceView {} B)",
             "",
             std::mem::size_of::<ResourceKey>(),
-            std::mem::size_of::<remedy::store::Entry>(),
-            std::mem::size_of::<remedy::view::ResourceView>(),
+            std::mem::size_of::<remedy::daemon::store::Entry>(),
+            std::mem::size_of::<remedy::model::view::ResourceView>(),
         );
         metrics_encode(&metrics)?;
     }

@@ -92,7 +92,7 @@ async fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        () = remedy::app::shutdown_signal() => {
+        () = remedy::daemon::app::shutdown_signal() => {
             println!("fault_injector: stopping");
             ExitCode::SUCCESS
         }

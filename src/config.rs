@@ -1,10 +1,10 @@
 //! The YAML config file (mounted from a ConfigMap). Parsed strictly: unknown
 //! keys are errors, and every validation error names the field at fault.
 
-use crate::backoff::BackoffPolicy;
-use crate::classify::{Classifier, RuleSpec, default_rules};
-pub use crate::domains::DomainBy;
-use crate::profile::{self, Profile};
+use crate::model::backoff::BackoffPolicy;
+use crate::model::classify::{Classifier, RuleSpec, default_rules};
+pub use crate::model::domains::DomainBy;
+use crate::model::profile::{self, Profile};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -241,6 +241,36 @@ pub struct SourceClient {
     pub headers: BTreeMap<String, String>,
 }
 
+impl SourceClient {
+    /// Checks settings before anything connects: bad ones stop startup with
+    /// the reason (`field` names the config's section).
+    pub fn check(&self, field: &str) -> Result<(), String> {
+        use axum::http::{HeaderName, HeaderValue, header::AUTHORIZATION};
+        if self.bearer_token_file.is_some() && self.basic_auth.is_some() {
+            return Err(format!(
+                "{field}: bearer_token_file and basic_auth are exclusive"
+            ));
+        }
+        if let Some(b) = &self.basic_auth
+            && b.username.is_empty()
+        {
+            return Err(format!("{field}.basic_auth.username: must not be empty"));
+        }
+        for (k, v) in &self.headers {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| format!("{field}.headers: {k:?} is not a header name"))?;
+            if name == AUTHORIZATION {
+                return Err(format!(
+                    "{field}.headers: set Authorization with bearer_token_file or basic_auth"
+                ));
+            }
+            HeaderValue::from_str(v)
+                .map_err(|_| format!("{field}.headers.{k}: not a valid header value"))?;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BasicAuth {
@@ -286,54 +316,8 @@ impl Default for SignalsConfig {
     }
 }
 
-/// Which resources an alert is about: alert labels name resource
-/// coordinates, and static label selectors narrow further.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Selector {
-    /// Alert label holding the resource namespace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace_label: Option<String>,
-    /// Alert label holding the resource kind (e.g. `kind` from remedy's metrics).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind_label: Option<String>,
-    /// Alert label holding the resource name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name_label: Option<String>,
-    /// Alert label holding a CAPI cluster name, matched against the
-    /// resource label `cluster.x-k8s.io/cluster-name`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_label: Option<String>,
-    /// Resource labels that must all match.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub match_labels: BTreeMap<String, String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AlertRule {
-    pub alertname: String,
-    #[serde(default)]
-    pub select: Selector,
-    /// PromQL that must return no series for the condition to count as
-    /// cleared; defaults to the ALERTS series of this alert.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verify_query: Option<String>,
-    /// Whether a firing alert whose labels select nothing in particular
-    /// (no namespace, kind, name, cluster or label) may hold the whole
-    /// fleet. Off: such a notification is refused and counted.
-    #[serde(default)]
-    pub allow_cluster_wide: bool,
-    /// At most this many resources per episode: a scope selecting more
-    /// holds and remediates nothing, and is counted
-    /// (`remedy_episodes_refused_total{reason="over_cap"}`).
-    #[serde(default = "default_max_resources")]
-    pub max_resources: usize,
-}
-
-fn default_max_resources() -> usize {
-    200
-}
+// The alert rule types live with the scopes they make (model::scope).
+pub use crate::model::scope::{AlertRule, Selector};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -620,7 +604,7 @@ impl Config {
             ("signals.prometheus", &self.signals.prometheus),
             ("signals.alertmanager", &self.signals.alertmanager),
         ] {
-            crate::signals::client::check(field, c)
+            c.check(field)
                 .map_err(|why| ConfigError::invalid(field, why))?;
         }
         if self.signals.timeout.is_zero() {
@@ -760,7 +744,10 @@ mod tests {
         .unwrap();
         for p in &v.profiles {
             let view = p.project(&obj).view;
-            assert_eq!(view.label(crate::domains::FIELD_LABEL), Some("eu-1a"));
+            assert_eq!(
+                view.label(crate::model::domains::FIELD_LABEL),
+                Some("eu-1a")
+            );
             assert_eq!(view.label("a"), Some("b"));
         }
     }

@@ -3,7 +3,7 @@
 //! suffixes itself (docs/upstream-behaviour.md, "prometheus-client 0.26 naming").
 //! Per-resource series are bounded by `max_resource_series`.
 
-use crate::view::ResourceKey;
+use crate::model::view::ResourceKey;
 use prometheus_client::encoding::{EncodeLabelSet, prometheus_text, text};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -270,6 +270,9 @@ fn push_f64(out: &mut String, v: f64) -> std::fmt::Result {
 /// so the first burst of failures would not alert. Tests keep these in step
 /// with the code that writes them.
 pub mod values {
+    /// The signal sources remedy queries: the `target` label.
+    pub const PROMETHEUS: &str = "prometheus";
+    pub const ALERTMANAGER: &str = "alertmanager";
     /// `Step::action` and `Goal::label` (a goal skipped as a whole).
     pub const ACTIONS: &[&str] = &[
         "hold",
@@ -350,16 +353,19 @@ pub struct Known {
 }
 
 impl Known {
-    pub fn from_config(cfg: &crate::config::Config, profiles: &[crate::profile::Profile]) -> Self {
+    pub fn from_config(
+        cfg: &crate::config::Config,
+        profiles: &[crate::model::profile::Profile],
+    ) -> Self {
         let mut kinds: Vec<String> = profiles.iter().map(|p| p.kind.clone()).collect();
         kinds.sort();
         kinds.dedup();
         // Alertmanager is only queried alongside Prometheus (verify.rs).
         let mut signal_targets = Vec::new();
         if cfg.signals.prometheus_url.is_some() {
-            signal_targets.push(crate::signals::PROMETHEUS);
+            signal_targets.push(values::PROMETHEUS);
             if cfg.signals.alertmanager_url.is_some() {
-                signal_targets.push(crate::signals::ALERTMANAGER);
+                signal_targets.push(values::ALERTMANAGER);
             }
         }
         Self {
@@ -631,7 +637,7 @@ impl Metrics {
         );
         r.register(
             "remedy_apiserver_throttled",
-            "Apiserver answers 429 Too Many Requests; every request then waits (slowdown.rs)",
+            "Apiserver answers 429 Too Many Requests; every request to it then waits behind one gate",
             m.apiserver_throttled.clone(),
         );
         r.register_with_unit(
@@ -1072,7 +1078,7 @@ mod tests {
         m.preset(&Known {
             kinds: vec!["Machine".into()],
             alerts: vec!["CloudAPIDegraded".into()],
-            signal_targets: vec![crate::signals::PROMETHEUS],
+            signal_targets: vec![values::PROMETHEUS],
             webhook: true,
             tls: false,
             record: true,
@@ -1111,8 +1117,8 @@ mod tests {
     /// lists them.
     #[test]
     fn preset_values_match_the_code_and_readme() {
-        use crate::episodes::Refusal;
-        use crate::remediate::execute::ExecError;
+        use crate::daemon::execute::ExecError;
+        use crate::decide::episodes::Refusal;
         use crate::remediate::plan::{Goal, Step};
         use crate::signals::AlertStatus;
         let goals = [Goal::Release, Goal::Remediate];
@@ -1301,8 +1307,8 @@ mod tests {
     /// The label values the code writes, where they are a table (or an
     /// enum's labels) and not pre-set: what the README must enumerate.
     fn code_values(metric: &str, label: &str) -> Option<Vec<&'static str>> {
-        use crate::budget::WaitReason;
-        use crate::domains::DomainBy;
+        use crate::decide::budget::WaitReason;
+        use crate::model::domains::DomainBy;
         let v = match (metric, label) {
             ("remedy_outage_breaker_open", "scope") => [
                 DomainBy::Cluster,
@@ -1314,7 +1320,7 @@ mod tests {
             .iter()
             .map(DomainBy::label)
             .collect(),
-            // engine/plan.rs: decide's wait reasons, "settle" (held for an
+            // daemon/engine/plan.rs: decide's wait reasons, "settle" (held for an
             // alert not yet verified cleared) and "retry".
             ("remedy_waiting_resources", "reason") => {
                 let mut v: Vec<_> = [WaitReason::Breaker, WaitReason::Backoff, WaitReason::Budget]
@@ -1330,7 +1336,7 @@ mod tests {
             ("remedy_webhook_notifications_total", "result") => values::WEBHOOK_RESULTS.to_vec(),
             ("remedy_episodes_refused_total", "reason") => values::REFUSALS.to_vec(),
             ("remedy_signal_queries_total", "target") => {
-                vec![crate::signals::PROMETHEUS, crate::signals::ALERTMANAGER]
+                vec![values::PROMETHEUS, values::ALERTMANAGER]
             }
             ("remedy_signal_queries_total", "result") => values::SIGNAL_RESULTS.to_vec(),
             ("remedy_watch_events_total", "type") => values::WATCH_TYPES.to_vec(),
@@ -1348,7 +1354,7 @@ mod tests {
     /// enumerated label values are exactly what the code pre-sets or writes.
     #[test]
     fn readme_metric_table_matches_the_registry() {
-        use crate::classify::{Classifier, default_rules};
+        use crate::model::classify::{Classifier, default_rules};
         use crate::signals::{ALERTMANAGER, PROMETHEUS};
         let doc = readme_table();
         assert!(doc.len() > 20, "README table not found: {doc:?}");
@@ -1364,10 +1370,10 @@ mod tests {
             record: true,
         });
         // The store pre-sets the per-kind gauges (remedy_resources by state).
-        let _store = crate::store::Store::new(
-            vec![crate::profile::builtin("openstack-machine").expect("builtin profile")],
+        let _store = crate::daemon::store::Store::new(
+            vec![crate::model::profile::builtin("openstack-machine").expect("builtin profile")],
             Classifier::new(&default_rules()).expect("default rules"),
-            crate::backoff::BackoffPolicy::default(),
+            crate::model::backoff::BackoffPolicy::default(),
             m.clone(),
         );
         let preset = exposed(
@@ -1387,7 +1393,7 @@ mod tests {
         m.transient_errors.get_or_create(&errors).inc();
         m.terminal_errors.get_or_create(&errors).inc();
         let scope = ScopeLabels {
-            scope: crate::domains::DomainBy::Cluster.label(),
+            scope: crate::model::domains::DomainBy::Cluster.label(),
             domain: "cluster".into(),
         };
         m.breaker_open.get_or_create(&scope).set(1);
@@ -1395,7 +1401,7 @@ mod tests {
         m.waiting
             .get_or_create(&KindReasonLabels {
                 kind: "OpenStackMachine".into(),
-                reason: crate::budget::WaitReason::Budget.label(),
+                reason: crate::decide::budget::WaitReason::Budget.label(),
             })
             .set(1);
         m.action_duration

@@ -24,7 +24,7 @@ use kube::{Client, ResourceExt};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use remedy::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER};
+use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;

@@ -6,10 +6,10 @@
 
 use kube::api::DynamicObject;
 use libfuzzer_sys::fuzz_target;
-use remedy::classify::{Classifier, default_rules};
-use remedy::profile::{HoldRecord, builtins};
+use remedy::model::classify::{Classifier, default_rules};
+use remedy::model::profile::{HoldRecord, builtins};
 use remedy::remediate::plan::{Goal, Step, full_plan};
-use remedy::view::PauseState;
+use remedy::model::view::PauseState;
 use serde_json::Value;
 use std::sync::LazyLock;
 

@@ -1,10 +1,10 @@
-//! The outage breakers, one per failure domain (`crate::domains`), all
+//! The outage breakers, one per failure domain (`crate::model::domains`), all
 //! with the same settings; bounded at [`MAX_DOMAINS`].
 
-use crate::budget::{BreakerState, OutageBreaker, Sample};
 use crate::config::BreakerConfig;
-use crate::domains::{CLUSTER, DomainBy, MAX_DOMAINS, OTHER};
-use crate::view::{ResourceKey, ResourceView};
+use crate::decide::budget::{BreakerState, OutageBreaker, Sample};
+use crate::model::domains::{CLUSTER, DomainBy, MAX_DOMAINS, OTHER};
+use crate::model::view::{ResourceKey, ResourceView};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,8 +115,8 @@ impl Breakers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domains::NONE;
-    use crate::view::Labels;
+    use crate::model::domains::NONE;
+    use crate::model::view::Labels;
 
     fn cfg() -> BreakerConfig {
         BreakerConfig {

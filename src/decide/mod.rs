@@ -6,12 +6,15 @@
 //! [`Fact`]s. Pure: the same facts at the same times give the same goals.
 
 pub mod breakers;
+pub mod budget;
+pub mod episodes;
 pub mod pace;
+pub mod recovery;
 pub mod retry;
 
-use crate::budget::{Candidate, Sample, TokenBucket, WaitReason, plan_paced};
 use crate::config::{BreakerConfig, BudgetConfig};
-use crate::domains::DomainBy;
+use crate::decide::budget::{Candidate, Sample, TokenBucket, WaitReason, plan_paced};
+use crate::model::domains::DomainBy;
 use breakers::Breakers;
 use pace::{Answer, Pace};
 use std::collections::{BTreeMap, HashMap};
@@ -19,7 +22,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use crate::budget::BreakerState;
+pub use crate::decide::budget::BreakerState;
 
 /// Hold reason recorded for breaker holds; alert holds record `alert:<name>`.
 pub const BREAKER_REASON: &str = "breaker";

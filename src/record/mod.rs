@@ -17,13 +17,12 @@
 //! - the leader folds inbox entries after `consumed` into its episodes, then
 //!   writes the episodes and `consumed` and drops what it folded.
 
-pub mod inbox;
 pub mod kube;
 pub mod sync;
 
-use crate::episodes::{Book, Episode};
-use crate::scope::Scope;
-use crate::view::ResourceKey;
+use crate::decide::episodes::{Book, Episode};
+use crate::model::scope::Scope;
+use crate::model::view::ResourceKey;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashSet};
@@ -159,7 +158,7 @@ impl Record {
                 "an inbox entry is numbered after last_seq".into(),
             ));
         }
-        if r.episodes.len() > crate::episodes::MAX_EPISODES || r.inbox.len() > MAX_INBOX {
+        if r.episodes.len() > crate::decide::episodes::MAX_EPISODES || r.inbox.len() > MAX_INBOX {
             return Err(RecordError::Corrupt("over its bounds".into()));
         }
         Ok(r)
@@ -229,7 +228,7 @@ impl Record {
             .map(|n| &n.scope)
             .filter(|s| !known.contains(s))
             .collect();
-        busy + new.len() <= crate::episodes::MAX_EPISODES
+        busy + new.len() <= crate::decide::episodes::MAX_EPISODES
     }
 
     /// Inbox entries not yet folded, oldest first.
@@ -444,7 +443,7 @@ mod tests {
         let rule = rule();
         let t = Utc::now();
         let mut book = Book::default();
-        for i in 0..crate::episodes::MAX_EPISODES {
+        for i in 0..crate::decide::episodes::MAX_EPISODES {
             book.notify(&rule, &scope(&format!("ns-{i}")), true, t)
                 .unwrap();
         }
@@ -590,7 +589,7 @@ mod tests {
                 &long(i),
                 true,
                 t,
-                crate::episodes::Evidence::Unproven,
+                crate::decide::episodes::Evidence::Unproven,
             )
             .unwrap();
         }
@@ -631,13 +630,13 @@ mod tests {
         let rule = rule();
         let t = Utc::now();
         let mut book = Book::default();
-        for i in 0..crate::episodes::MAX_EPISODES {
+        for i in 0..crate::decide::episodes::MAX_EPISODES {
             let s = scope(&format!("capi-workload-cluster-{i:04}"));
             book.notify(&rule, &s, true, t).unwrap();
             book.notify(&rule, &s, false, t).unwrap();
             book.get_mut(&s).unwrap().verified_at = Some(t);
         }
-        let per = MAX_TARGETS / crate::episodes::MAX_EPISODES;
+        let per = MAX_TARGETS / crate::decide::episodes::MAX_EPISODES;
         let mut i = 0;
         book.fix_targets(
             |_| per,

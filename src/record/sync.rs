@@ -9,7 +9,7 @@
 
 use super::kube::{Found, Read};
 use super::{Notice, Record, RecordError};
-use crate::episodes::Book;
+use crate::decide::episodes::Book;
 
 #[derive(Debug, Default)]
 pub struct Tracker {
@@ -126,7 +126,11 @@ impl Tracker {
 
     /// Drops what is least worth keeping from `book` until this tick's
     /// write fits the record's bound (see [`super::shed_to_fit`]).
-    pub fn fit(&self, book: &mut Book, leader: &str) -> Vec<(crate::scope::Scope, super::Shed)> {
+    pub fn fit(
+        &self,
+        book: &mut Book,
+        leader: &str,
+    ) -> Vec<(crate::model::scope::Scope, super::Shed)> {
         match &self.base {
             Some((read, _)) => super::shed_to_fit(read, book, self.consumed, leader),
             None => Vec::new(),
@@ -150,7 +154,7 @@ impl Tracker {
 mod tests {
     use super::*;
     use crate::config::{AlertRule, Selector};
-    use crate::scope::Scope;
+    use crate::model::scope::Scope;
     use chrono::Utc;
     use std::collections::BTreeMap;
 

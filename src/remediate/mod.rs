@@ -1,4 +1,5 @@
-//! Remediation: pure planning (`plan`) and the Kubernetes executor (`execute`).
+//! Remediation planning: the steps that take an object from what it is to
+//! what a goal asks (`plan`). Pure; the executor that carries them out
+//! against the apiserver is `daemon::execute`.
 
-pub mod execute;
 pub mod plan;

@@ -3,11 +3,11 @@
 //! write. Executing one step and planning again from the new object makes
 //! every goal idempotent: a retried or repeated goal never doubles a write.
 
-use crate::profile::{
+use crate::model::profile::{
     CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, HoldRecord, HoldTarget, Profile,
     SKIP_MARKER,
 };
-use crate::view::{Owner, PauseState};
+use crate::model::view::{Owner, PauseState};
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
 
@@ -358,7 +358,7 @@ pub fn full_plan(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> (Vec<St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{CAPI_PAUSED, CAPI_SKIP_REMEDIATION, PAUSE_MARKER, builtin};
+    use crate::model::profile::{CAPI_PAUSED, CAPI_SKIP_REMEDIATION, PAUSE_MARKER, builtin};
     use chrono::Utc;
 
     fn obj(v: Value) -> DynamicObject {
@@ -536,7 +536,7 @@ mod tests {
 
     #[test]
     fn holds_write_the_profiles_pause_and_record_what_they_wrote() {
-        use crate::profile::HoldSpec;
+        use crate::model::profile::HoldSpec;
         let mut p = builtin("openstack-machine").unwrap();
         p.hold = Some(HoldSpec {
             annotation: Some("crossplane.io/paused".into()),

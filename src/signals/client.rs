@@ -5,36 +5,9 @@
 
 use super::SignalError;
 use crate::config::SourceClient;
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use std::path::Path;
 use std::time::Duration;
-
-/// Checks settings before anything connects: bad ones stop startup with
-/// the reason (field names are the config's).
-pub fn check(field: &str, c: &SourceClient) -> Result<(), String> {
-    if c.bearer_token_file.is_some() && c.basic_auth.is_some() {
-        return Err(format!(
-            "{field}: bearer_token_file and basic_auth are exclusive"
-        ));
-    }
-    if let Some(b) = &c.basic_auth
-        && b.username.is_empty()
-    {
-        return Err(format!("{field}.basic_auth.username: must not be empty"));
-    }
-    for (k, v) in &c.headers {
-        let name = HeaderName::from_bytes(k.as_bytes())
-            .map_err(|_| format!("{field}.headers: {k:?} is not a header name"))?;
-        if name == AUTHORIZATION {
-            return Err(format!(
-                "{field}.headers: set Authorization with bearer_token_file or basic_auth"
-            ));
-        }
-        HeaderValue::from_str(v)
-            .map_err(|_| format!("{field}.headers.{k}: not a valid header value"))?;
-    }
-    Ok(())
-}
 
 /// A client for one source, with its CA and fixed headers, and the
 /// credentials applied per request.
@@ -131,6 +104,7 @@ async fn read_secret(target: &'static str, path: &Path) -> Result<String, Signal
 mod tests {
     use super::*;
     use crate::config::BasicAuth;
+    use reqwest::header::AUTHORIZATION;
 
     #[test]
     fn settings_are_checked_before_use() {
@@ -138,7 +112,7 @@ mod tests {
             headers: [("X-Scope-OrgID".to_string(), "tenant-1".to_string())].into(),
             ..SourceClient::default()
         };
-        check("signals.prometheus", &ok).unwrap();
+        ok.check("signals.prometheus").unwrap();
         let both = SourceClient {
             bearer_token_file: Some("/t".into()),
             basic_auth: Some(BasicAuth {
@@ -147,13 +121,14 @@ mod tests {
             }),
             ..SourceClient::default()
         };
-        assert!(check("s", &both).unwrap_err().contains("exclusive"));
+        assert!(both.check("s").unwrap_err().contains("exclusive"));
         let auth_header = SourceClient {
             headers: [("authorization".to_string(), "Bearer x".to_string())].into(),
             ..SourceClient::default()
         };
         assert!(
-            check("s", &auth_header)
+            auth_header
+                .check("s")
                 .unwrap_err()
                 .contains("bearer_token_file")
         );
@@ -161,12 +136,12 @@ mod tests {
             headers: [("bad header".to_string(), "x".to_string())].into(),
             ..SourceClient::default()
         };
-        assert!(check("s", &bad_name).unwrap_err().contains("header name"));
+        assert!(bad_name.check("s").unwrap_err().contains("header name"));
         let bad_value = SourceClient {
             headers: [("X-A".to_string(), "a\nb".to_string())].into(),
             ..SourceClient::default()
         };
-        assert!(check("s", &bad_value).unwrap_err().contains("header value"));
+        assert!(bad_value.check("s").unwrap_err().contains("header value"));
     }
 
     #[tokio::test]

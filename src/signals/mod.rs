@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod dedupe;
+pub mod inbox;
 pub mod verify;
 pub mod webhook;
 
@@ -48,9 +49,9 @@ pub struct AlertEvent {
     pub received_at: DateTime<Utc>,
 }
 
-/// Query targets; also the `target` metric label.
-pub const PROMETHEUS: &str = "prometheus";
-pub const ALERTMANAGER: &str = "alertmanager";
+/// Query targets; also the `target` metric label, which is where they are
+/// defined.
+pub use crate::metrics::values::{ALERTMANAGER, PROMETHEUS};
 
 /// Errors at the signals boundary: the token file and the outbound queries.
 /// Every variant makes `cleared` fail, never succeed.

@@ -9,7 +9,7 @@ use super::dedupe::{Dedupe, Verdict};
 use super::{AlertEvent, AlertStatus, SignalError, valid_label_name};
 use crate::config::{AlertRule, WebhookConfig};
 use crate::metrics::Metrics;
-use crate::record::inbox::Inbox;
+use crate::signals::inbox::Inbox;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};

@@ -3,7 +3,7 @@
 //! call may leave at all); the engine owns the cloud and the bookkeeping.
 
 use super::model::{CallKind, Ms, Outcome, Resource};
-use crate::backoff::BackoffPolicy;
+use crate::model::backoff::BackoffPolicy;
 use rand::Rng;
 use rand::rngs::StdRng;
 

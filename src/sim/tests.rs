@@ -1,9 +1,8 @@
 use super::*;
-use clap::Parser;
 
 /// One fifth of the default fleet with one fifth of the API quota (the same
 /// pressure per call), a 15 min outage, then 1 h: fast in debug builds.
-fn reduced(mode: Mode) -> Scenario {
+pub(crate) fn reduced(mode: Mode) -> Scenario {
     Scenario {
         resources: 2000,
         controllers: 10,
@@ -14,7 +13,7 @@ fn reduced(mode: Mode) -> Scenario {
     }
 }
 
-fn by_name<'a>(reports: &'a [PolicyReport], name: &str) -> &'a PolicyReport {
+pub(crate) fn by_name<'a>(reports: &'a [PolicyReport], name: &str) -> &'a PolicyReport {
     reports
         .iter()
         .find(|r| r.policy == name)
@@ -129,115 +128,6 @@ fn a_quota_cut_slows_releases_down_instead_of_storming_it() {
         client_go.above_limit
     );
     assert_eq!(remedy.failing_at_end, 0, "{}", remedy.note);
-}
-
-#[test]
-fn a_plot_is_written_per_mode_and_a_bad_path_is_a_clear_error() {
-    let dir = std::env::temp_dir().join(format!("remedy-sim-plot-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cli = Cli::parse_from([
-        "sim",
-        "--resources",
-        "200",
-        "--controllers",
-        "4",
-        "--api-limit",
-        "10",
-        "--outage",
-        "2m",
-        "--after",
-        "5m",
-        "--mode",
-        "both",
-        "--plot",
-        dir.join("p.svg").to_str().unwrap(),
-    ]);
-    let out = run_cli(&cli.args).expect("runs");
-    for mode in ["correlated", "random"] {
-        let svg = std::fs::read_to_string(dir.join(format!("p-{mode}.svg"))).unwrap();
-        assert!(svg.starts_with("<svg") && svg.contains("remedy"), "{mode}");
-        assert!(out.contains(&format!("p-{mode}.svg")), "{out}");
-    }
-    let bad = Cli::parse_from([
-        "sim",
-        "--resources",
-        "200",
-        "--controllers",
-        "4",
-        "--mode",
-        "random",
-        "--plot",
-        "/nonexistent/dir/p.svg",
-    ]);
-    let err = run_cli(&bad.args).unwrap_err();
-    assert_eq!(err.label(), "plot");
-    assert!(err.to_string().contains("/nonexistent/dir/p.svg"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
-fn a_daemon_config_file_drives_the_remedy_row() {
-    let dir = std::env::temp_dir().join(format!("remedy-sim-config-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("remedy.yaml");
-    // A budget of 1 release/s: 1,200 held resources take 20 minutes.
-    std::fs::write(
-        &file,
-        "budget: {refill_per_second: 1, burst: 1}\n\
-         backoff: {base: 1s, cap: 5m, jitter: 0, quiet_window: 1h}\n\
-         breaker: {open_ratio: 0.3, close_ratio: 0.1, min_resources: 5, window: 10s, cooldown: 20s, \
-         release: {probe_every: 2s, window: 2s, step: 2, min_success: 0.2}}\n",
-    )
-    .unwrap();
-    let args = |config: &str| {
-        Cli::parse_from([
-            "sim",
-            "--resources",
-            "2000",
-            "--controllers",
-            "10",
-            "--api-limit",
-            "20",
-            "--outage",
-            "15m",
-            "--after",
-            "1h",
-            "--mode",
-            "correlated",
-            "--config",
-            config,
-        ])
-        .args
-    };
-    let a = args(file.to_str().unwrap());
-    let params = a.remedy().unwrap().expect("from the file");
-    assert_eq!(params.core.budget.refill_per_second, 1.0);
-    assert_eq!(
-        params.core.breaker.release.probe_every,
-        Some(Duration::from_secs(2))
-    );
-    let out = run_cli(&a).unwrap();
-    assert!(
-        out.starts_with("remedy runs with breaker, budget and backoff from"),
-        "{out}"
-    );
-    let s = Scenario {
-        remedy: Some(params),
-        ..reduced(Mode::Correlated)
-    };
-    let slow = by_name(&run(&s).unwrap(), "remedy").clone();
-    let fitted = by_name(&run(&reduced(Mode::Correlated)).unwrap(), "remedy").clone();
-    let (slow_t, fitted_t) = (slow.t100_ms.unwrap_or(u64::MAX), fitted.t100_ms.unwrap());
-    assert!(
-        slow_t > 10 * fitted_t,
-        "1/s budget {slow_t} ms vs fitted {fitted_t} ms"
-    );
-    let bad = run_cli(&args("/nonexistent/remedy.yaml")).unwrap_err();
-    assert_eq!(bad.label(), "config");
-    std::fs::write(&file, "budget: {refill_per_second: -1}\n").unwrap();
-    let bad = run_cli(&args(file.to_str().unwrap())).unwrap_err();
-    assert!(bad.to_string().contains("budget"), "{bad}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -420,63 +310,6 @@ fn invalid_scenarios_are_rejected_with_the_field() {
         );
         assert!(e.to_string().contains(field));
     }
-}
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: SimArgs,
-}
-
-#[test]
-fn cli_arguments_map_to_scenarios() {
-    let defaults = Cli::parse_from(["sim"]).args.scenarios();
-    assert_eq!(
-        defaults,
-        vec![
-            Scenario::default_for(Mode::Correlated),
-            Scenario::default_for(Mode::Random)
-        ]
-    );
-    let cli = Cli::parse_from([
-        "sim",
-        "--seed",
-        "7",
-        "--resources",
-        "500",
-        "--controllers",
-        "5",
-        "--outage",
-        "10m",
-        "--after",
-        "2h",
-        "--failing",
-        "0.5",
-        "--mode",
-        "random",
-    ]);
-    let s = cli.args.scenarios();
-    assert_eq!(s.len(), 1);
-    assert_eq!(s[0].mode, Mode::Random);
-    assert_eq!(s[0].seed, 7);
-    assert_eq!(s[0].resources, 500);
-    assert_eq!(s[0].controllers, 5);
-    assert_eq!(s[0].outage, Duration::from_secs(600));
-    assert_eq!(s[0].after, Duration::from_secs(7200));
-    assert_eq!(s[0].failing, 0.5);
-    assert!(Cli::try_parse_from(["sim", "--mode", "sideways"]).is_err());
-    assert!(Cli::try_parse_from(["sim", "--outage", "soon"]).is_err());
-}
-
-#[test]
-fn run_cli_prints_one_table_per_mode_and_reports_bad_input() {
-    let mut args = Cli::parse_from(["sim", "--resources", "300", "--controllers", "3"]).args;
-    args.after = Duration::from_secs(600);
-    let out = run_cli(&args).expect("valid");
-    assert_eq!(out.matches("\nremedy ").count(), 2, "{out}");
-    assert!(out.contains("mode correlated:") && out.contains("mode random:"));
-    args.failing = 2.0;
-    assert_eq!(run_cli(&args).expect_err("invalid").label(), "invalid");
 }
 
 /// The issue's full default scenario; run with

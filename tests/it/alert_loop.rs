@@ -12,7 +12,7 @@ use crate::support::procs::{
 };
 use crate::support::{Remedy, TestCluster, eventually, free_port, namespace};
 use kube::api::{Api, DynamicObject};
-use remedy::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER};
+use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

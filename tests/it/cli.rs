@@ -3,7 +3,7 @@
 
 use crate::support::objects::{api_for, create_with_status, sample};
 use crate::support::{Remedy, TestCluster, namespace};
-use remedy::profile::CAPI_PAUSED;
+use remedy::model::profile::CAPI_PAUSED;
 use std::process::Command;
 
 fn remedy_cli(cluster: &TestCluster, args: &[&str]) -> (bool, String) {

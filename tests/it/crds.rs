@@ -9,9 +9,9 @@ use crate::support::objects::{api_for, create_with_status, sample};
 use crate::support::{CrdSet, Remedy, TestCluster, eventually, namespace};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use remedy::metrics::Metrics;
-use remedy::profile::{HoldRecord, builtin};
+use remedy::model::profile::{HoldRecord, builtin};
+use remedy::model::view::ResourceKey;
 use remedy::remediate::plan::{Goal, Step};
-use remedy::view::ResourceKey;
 use std::sync::Arc;
 use std::time::Duration;
 

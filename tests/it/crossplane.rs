@@ -10,9 +10,9 @@ use crate::support::{Remedy, TestCluster, eventually, namespace};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
-use remedy::profile::{HOLD_ANNOTATION, HoldRecord, HoldSpec, PAUSE_MARKER, builtin};
+use remedy::model::profile::{HOLD_ANNOTATION, HoldRecord, HoldSpec, PAUSE_MARKER, builtin};
+use remedy::model::view::{PauseState, ResourceKey};
 use remedy::remediate::plan::{Done, Goal, Step};
-use remedy::view::{PauseState, ResourceKey};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

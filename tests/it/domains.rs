@@ -13,7 +13,7 @@ use crate::support::capo::{StandInCapo, ZONE_LABEL};
 use crate::support::objects::{api_for, create_with_status, sample};
 use crate::support::{Remedy, TestCluster, eventually, namespace};
 use kube::api::{Api, DynamicObject};
-use remedy::profile::CAPI_PAUSED;
+use remedy::model::profile::CAPI_PAUSED;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -218,7 +218,7 @@ async fn holds_in(api: &Api<DynamicObject>, zone: &str) -> u64 {
             o.metadata
                 .annotations
                 .as_ref()?
-                .get(remedy::profile::CRASH_ANNOTATION)?
+                .get(remedy::model::profile::CRASH_ANNOTATION)?
                 .parse::<u64>()
                 .ok()
         })

@@ -16,7 +16,7 @@ use crate::support::procs::{
 };
 use crate::support::{Remedy, TestCluster, eventually, free_port, namespace};
 use kube::api::{Api, DynamicObject};
-use remedy::profile::{HOLD_ANNOTATION, HoldRecord};
+use remedy::model::profile::{HOLD_ANNOTATION, HoldRecord};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -18,7 +18,7 @@ use crate::support::procs::{Proc, start_prometheus_at};
 use crate::support::webhook::{self, alert_labels, notification};
 use crate::support::{Remedy, TestCluster, free_port, namespace};
 use kube::api::{Api, DynamicObject};
-use remedy::profile::{
+use remedy::model::profile::{
     CAPI_PAUSED, CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, PAUSE_MARKER,
 };
 use serde_json::{Value, json};

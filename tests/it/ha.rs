@@ -21,7 +21,7 @@ use crate::support::procs::{
 use crate::support::{Remedy, TestCluster, eventually, free_port, namespace};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
-use remedy::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord};
+use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -9,7 +9,7 @@ use crate::support::objects::{api_for, create_with_status, released_events, samp
 use crate::support::{Remedy, TestCluster, eventually, namespace, proxy};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
-use remedy::profile::{
+use remedy::model::profile::{
     CAPI_PAUSED, CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, PAUSE_MARKER,
 };
 use serde_json::json;

@@ -9,7 +9,7 @@ use crate::support::capo::StandInCapo;
 use crate::support::objects::{api_for, create_with_status, sample};
 use crate::support::{Remedy, TestCluster, eventually, namespace};
 use kube::api::{Api, DynamicObject, ListParams};
-use remedy::profile::HOLD_ANNOTATION;
+use remedy::model::profile::HOLD_ANNOTATION;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 

@@ -11,9 +11,9 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use remedy::config::LeaderConfig;
 use remedy::metrics::Metrics;
-use remedy::profile::{HoldRecord, builtin, builtins};
+use remedy::model::profile::{HoldRecord, builtin, builtins};
+use remedy::model::view::ResourceKey;
 use remedy::remediate::plan::{Goal, Step};
-use remedy::view::ResourceKey;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -262,7 +262,7 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
         ..LeaderConfig::default()
     };
     let mut tasks = remedy::supervise::Supervisor::default();
-    let leadership = remedy::leader::start(
+    let leadership = remedy::daemon::leader::start(
         sa.clone(),
         &cfg,
         "rbac-test".into(),

@@ -26,13 +26,13 @@ use chrono::Utc;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
-use remedy::episodes::Episode;
-use remedy::profile::{
+use remedy::decide::episodes::Episode;
+use remedy::model::profile::{
     CAPI_PAUSED, CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, HoldRecord,
     PAUSE_MARKER,
 };
+use remedy::model::scope::Scope;
 use remedy::record::{DATA_KEY, MAX_BYTES, Record, Stored, VERSION};
-use remedy::scope::Scope;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -7,12 +7,14 @@ use crate::support::{TestCluster, namespace};
 use chrono::Utc;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use remedy::leader::Leadership;
+use remedy::daemon::execute::{Executor, WriteLimiter};
+use remedy::daemon::leader::Leadership;
 use remedy::metrics::Metrics;
-use remedy::profile::{CAPI_PAUSED, CAPI_SKIP_REMEDIATION, HOLD_ANNOTATION, HoldRecord, builtin};
-use remedy::remediate::execute::{Executor, WriteLimiter};
+use remedy::model::profile::{
+    CAPI_PAUSED, CAPI_SKIP_REMEDIATION, HOLD_ANNOTATION, HoldRecord, builtin,
+};
+use remedy::model::view::ResourceKey;
 use remedy::remediate::plan::{self, Done, Goal, Step};
-use remedy::view::ResourceKey;
 use serde_json::json;
 use std::sync::Arc;
 
@@ -59,7 +61,7 @@ async fn hold_then_remediate_a_v1beta2_machine_end_to_end() {
     let held = api.get(&name).await.unwrap();
     assert_eq!(
         annotations(&held).get(CAPI_PAUSED).map(String::as_str),
-        Some(remedy::profile::PAUSE_MARKER)
+        Some(remedy::model::profile::PAUSE_MARKER)
     );
     assert!(annotations(&held).contains_key(HOLD_ANNOTATION));
 

@@ -20,7 +20,7 @@ use crate::support::{Remedy, TestCluster, eventually, free_port, namespace, repo
 use injector::{FleetSpec, Injector, Kind, Target, has_failure, is_paused};
 use kube::ResourceExt;
 use kube::api::{DynamicObject, ListParams};
-use remedy::profile::{
+use remedy::model::profile::{
     CAPI_PAUSED, CAPI_SKIP_REMEDIATION, CRASH_ANNOTATION, HOLD_ANNOTATION, HoldRecord,
 };
 use serde_json::Value;

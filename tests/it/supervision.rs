@@ -1,6 +1,6 @@
 //! A long-lived task that dies takes the real process down, and a stalled
 //! engine loop fails /healthz (issue #21.2). Faults are injected through
-//! `REMEDY_TEST_FAULT` (src/fault.rs), read only by the engine.
+//! `REMEDY_TEST_FAULT` (src/daemon/fault.rs), read only by the engine.
 
 use crate::support::{Remedy, TestCluster, eventually, namespace};
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@
 use crate::support::objects::{api_for, create_with_status, sample, set_status};
 use crate::support::{Remedy, TestCluster, eventually, namespace};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use remedy::profile::{CAPI_PAUSED, CRASH_ANNOTATION, HOLD_ANNOTATION, PAUSE_MARKER};
+use remedy::model::profile::{CAPI_PAUSED, CRASH_ANNOTATION, HOLD_ANNOTATION, PAUSE_MARKER};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;

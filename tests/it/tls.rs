@@ -1,11 +1,11 @@
-//! The HTTPS listener: the real router served by `remedy::server::serve` (TLS) on a
+//! The HTTPS listener: the real router served by `remedy::daemon::server::serve` (TLS) on a
 //! loopback port, fetched by reqwest trusting a test CA (as with a
 //! cert-manager issued certificate); plain HTTP to that port gets nothing,
 //! and a bad certificate stops `remedy serve` before it connects anywhere.
 
 use remedy::config::TlsConfig;
+use remedy::daemon::server::{self, Http, Readiness};
 use remedy::metrics::Metrics;
-use remedy::server::{self, Http, Readiness};
 use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::Arc;
@@ -94,7 +94,7 @@ fn trusting(ca_pem: &str, addr: SocketAddr) -> reqwest::Client {
 #[tokio::test]
 async fn serves_https_with_the_configured_certificate_and_refuses_plain_http() {
     let pki = pki();
-    let tls = remedy::tls::load(&pki.cfg).expect("certificate and key load");
+    let tls = remedy::daemon::tls::load(&pki.cfg).expect("certificate and key load");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -279,7 +279,7 @@ async fn bearer_tokens_never_reach_the_logs() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let pki = pki();
-    let config = remedy::tls::load(&pki.cfg).expect("certificate and key load");
+    let config = remedy::daemon::tls::load(&pki.cfg).expect("certificate and key load");
     let metrics = Arc::new(Metrics::new(10));
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
     let state = WebhookState::new(

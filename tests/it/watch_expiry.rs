@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, VersionMatch,
 };
-use remedy::profile::{
+use remedy::model::profile::{
     CAPI_PAUSED, CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, PAUSE_MARKER,
 };
 use serde_json::json;

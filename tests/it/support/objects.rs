@@ -5,7 +5,7 @@ use kube::Client;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
-use remedy::profile::{Profile, builtins};
+use remedy::model::profile::{Profile, builtins};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -139,7 +139,7 @@ pub async fn events_by_reason(client: &Client, ns: &str, reason: &str) -> BTreeM
 /// `n` OpenStackMachines (`osm-00`…) held by remedy's breaker, the cloud
 /// back (healthy status): what a release has to work through.
 pub async fn held_healthy_machines(client: &Client, ns: &str, n: usize) -> Api<DynamicObject> {
-    use remedy::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER};
+    use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER};
     let record = serde_json::to_string(&HoldRecord {
         since: chrono::Utc::now(),
         reason: "breaker".into(),
@@ -167,7 +167,7 @@ pub async fn held_healthy_machines(client: &Client, ns: &str, n: usize) -> Api<D
 
 /// How many objects carry remedy's pause; `None` if the list failed.
 pub async fn count_held(api: &Api<DynamicObject>) -> Option<usize> {
-    use remedy::profile::{CAPI_PAUSED, PAUSE_MARKER};
+    use remedy::model::profile::{CAPI_PAUSED, PAUSE_MARKER};
     let list = api.list(&Default::default()).await.ok()?;
     Some(
         list.items
@@ -203,7 +203,7 @@ pub fn held(o: &DynamicObject) -> bool {
     o.metadata
         .annotations
         .as_ref()
-        .is_some_and(|a| a.contains_key(remedy::profile::HOLD_ANNOTATION))
+        .is_some_and(|a| a.contains_key(remedy::model::profile::HOLD_ANNOTATION))
 }
 
 /// The object is paused (by anyone).
@@ -211,5 +211,5 @@ pub fn paused(o: &DynamicObject) -> bool {
     o.metadata
         .annotations
         .as_ref()
-        .is_some_and(|a| a.contains_key(remedy::profile::CAPI_PAUSED))
+        .is_some_and(|a| a.contains_key(remedy::model::profile::CAPI_PAUSED))
 }

@@ -4,10 +4,10 @@
 //! Concurrent deliveries are batched into one write, and writes are spaced
 //! by `min_interval`, so a burst of deliveries costs a few writes a second.
 
-use super::kube::RecordApi;
-use super::{Record, RecordError};
 use crate::config::AlertRule;
-use crate::scope::Scope;
+use crate::model::scope::Scope;
+use crate::record::kube::RecordApi;
+use crate::record::{Record, RecordError};
 use crate::signals::{AlertEvent, AlertStatus};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;

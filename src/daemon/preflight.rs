@@ -4,7 +4,7 @@
 //! every status patch, which would otherwise read as "object gone" and mark
 //! a remediation done that never happened.
 
-use crate::profile::Profile;
+use crate::model::profile::Profile;
 use kube::Client;
 
 #[derive(Debug, thiserror::Error)]
@@ -129,7 +129,7 @@ mod tests {
 
     #[test]
     fn only_profiles_that_write_status_need_the_subresource() {
-        let osm = crate::profile::builtin("openstack-machine").expect("built-in");
+        let osm = crate::model::profile::builtin("openstack-machine").expect("built-in");
         assert!(!status_fields(&osm).is_empty());
         let mut bare = osm.clone();
         bare.remediation.clear_status.clear();

@@ -11,9 +11,9 @@
 //! (410) switches the stream to unpaginated lists, as client-go does, instead
 //! of starting the same paginated list over and over.
 
-use crate::profile::Profile;
-use crate::store::Store;
-use crate::view::ResourceKey;
+use crate::daemon::store::Store;
+use crate::model::profile::Profile;
+use crate::model::view::ResourceKey;
 use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};

@@ -2,21 +2,21 @@
 //! and HTTP together.
 
 use crate::config::Validated;
-use crate::engine::Engine;
-use crate::leader;
+use crate::daemon::engine::Engine;
+use crate::daemon::execute::{Executor, WriteLimiter};
+use crate::daemon::leader;
+use crate::daemon::server::{self, Http, Readiness};
+use crate::daemon::store::Store;
+use crate::daemon::tls::{self, TlsError};
+use crate::daemon::watch;
 use crate::metrics::Metrics;
-use crate::record::inbox::Inbox;
 use crate::record::kube::RecordApi;
-use crate::remediate::execute::{Executor, WriteLimiter};
-use crate::server::{self, Http, Readiness};
 use crate::signals::SignalError;
 use crate::signals::dedupe::Dedupe;
+use crate::signals::inbox::Inbox;
 use crate::signals::verify::{SignalHealth, Verifier};
 use crate::signals::webhook::{self, TokenStore, WebhookState};
-use crate::store::Store;
 use crate::supervise::{Heartbeat, Supervisor};
-use crate::tls::{self, TlsError};
-use crate::watch;
 use axum::Json;
 use axum::routing::get;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,7 +47,7 @@ pub enum ServeError {
     #[error("leader election: {0}")]
     Leader(#[from] leader::LeaderError),
     #[error("{0}")]
-    Preflight(#[from] crate::preflight::PreflightError),
+    Preflight(#[from] crate::daemon::preflight::PreflightError),
     #[error("task {task} ended ({cause}): exiting so that Kubernetes restarts remedy")]
     TaskEnded { task: String, cause: String },
 }
@@ -111,7 +111,7 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     let tls_config = cfg.tls.as_ref().map(tls::load).transpose()?;
     // Every long-lived task: one ending ends the process.
     let mut tasks = Supervisor::default();
-    crate::fdlimit::ensure(crate::fdlimit::needed(
+    crate::daemon::fdlimit::ensure(crate::daemon::fdlimit::needed(
         cfg.http.max_connections,
         watch::stream_ids(&v.profiles, &cfg.namespaces).len(),
     ));
@@ -138,12 +138,12 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     };
     let signal_health = verifier.as_ref().map(|v| v.health());
     let (tx, rx) = tokio::sync::mpsc::channel(cfg.webhook.queue);
-    let client = crate::kube_client_observed(crate::slowdown::layer::Observer {
+    let client = crate::kube_client_observed(crate::daemon::slowdown::layer::Observer {
         throttled: metrics.apiserver_throttled.clone(),
         backoff: metrics.apiserver_backoff.clone(),
     })
     .await?;
-    crate::preflight::check_status_subresources(&client, &v.profiles).await?;
+    crate::daemon::preflight::check_status_subresources(&client, &v.profiles).await?;
     // With leader election, several replicas may take Alertmanager's
     // notifications: they meet in the episode record.
     let le = &cfg.leader_election;
@@ -274,13 +274,13 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
             let e = status_engine.clone();
             async move {
                 use axum::response::IntoResponse;
-                match q.limit.unwrap_or(crate::engine::STATUS_LIMIT) {
-                    n if n == 0 || n > crate::engine::STATUS_MAX_LIMIT => (
+                match q.limit.unwrap_or(crate::daemon::engine::STATUS_LIMIT) {
+                    n if n == 0 || n > crate::daemon::engine::STATUS_MAX_LIMIT => (
                         axum::http::StatusCode::BAD_REQUEST,
                         format!(
                             "limit must be 1..={} (default {})\n",
-                            crate::engine::STATUS_MAX_LIMIT,
-                            crate::engine::STATUS_LIMIT
+                            crate::daemon::engine::STATUS_MAX_LIMIT,
+                            crate::daemon::engine::STATUS_LIMIT
                         ),
                     )
                         .into_response(),

@@ -10,7 +10,7 @@
 //! or a new leader starts with no records, so for at most one
 //! `controller_grace` after it stale signals count as they did before.
 
-use crate::view::ResourceKey;
+use crate::model::view::ResourceKey;
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;

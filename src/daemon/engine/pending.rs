@@ -3,9 +3,9 @@
 //! (decide's order: holds, then releases lowest crash count first with
 //! domains taking turns).
 
+use crate::model::view::ResourceKey;
 use crate::remediate::plan::Goal;
 use crate::sync::LockExt;
-use crate::view::ResourceKey;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 use tokio::sync::Notify;

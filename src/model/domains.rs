@@ -11,7 +11,7 @@
 //! the view under [`FIELD_LABEL`]. Domains are bounded: past
 //! [`MAX_DOMAINS`], new ones share the breaker [`OTHER`].
 
-use crate::view::{ResourceKey, ResourceView};
+use crate::model::view::{ResourceKey, ResourceView};
 use serde::{Deserialize, Serialize};
 
 /// Breakers kept at most (and so series of `remedy_outage_breaker_open`).

@@ -2,14 +2,14 @@
 //! `remedy status` and `remedy clear`.
 
 use crate::config::Validated;
-use crate::engine::StatusReport;
-use crate::leader::Leadership;
+use crate::daemon::engine::StatusReport;
+use crate::daemon::execute::{ExecError, Executor, WriteLimiter};
+use crate::daemon::leader::Leadership;
 use crate::metrics::Metrics;
-use crate::remediate::execute::{ExecError, Executor, WriteLimiter};
+use crate::model::view::ResourceKey;
 use crate::remediate::plan::{Done, Goal};
 use crate::signals::SignalError;
 use crate::signals::verify::Verifier;
-use crate::view::ResourceKey;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Arc;

@@ -1,8 +1,8 @@
 use super::*;
-use crate::classify::{Classifier, default_rules};
 use crate::config::Selector;
-use crate::profile::{CAPI_PAUSED, builtin};
-use crate::remediate::execute::WriteLimiter;
+use crate::daemon::execute::WriteLimiter;
+use crate::model::classify::{Classifier, default_rules};
+use crate::model::profile::{CAPI_PAUSED, builtin};
 use kube::api::DynamicObject;
 use serde_json::json;
 
@@ -10,7 +10,7 @@ use serde_json::json;
 /// tests see exactly what the tick decides. The client points nowhere.
 pub(super) fn engine(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
     let (e, store) = engine_unsynced(cfg, leader);
-    for s in crate::watch::stream_ids(store.profiles(), &cfg.namespaces) {
+    for s in crate::daemon::watch::stream_ids(store.profiles(), &cfg.namespaces) {
         store.mark_synced(&s);
     }
     (e, store)
@@ -179,8 +179,8 @@ fn held_osm_crashed(name: &str, failing: bool, reason: &str, crash_count: u32) -
     osm(
         name,
         failing,
-        json!({CAPI_PAUSED: crate::profile::PAUSE_MARKER, crate::profile::HOLD_ANNOTATION: record,
-               crate::profile::CRASH_ANNOTATION: crash_count.to_string()}),
+        json!({CAPI_PAUSED: crate::model::profile::PAUSE_MARKER, crate::model::profile::HOLD_ANNOTATION: record,
+               crate::model::profile::CRASH_ANNOTATION: crash_count.to_string()}),
     )
 }
 
@@ -206,7 +206,7 @@ async fn a_new_leader_serves_the_full_cooldown_before_releasing_breaker_holds() 
         "no release before the watches have listed: {:?}",
         pending(&e)
     );
-    for s in crate::watch::stream_ids(store.profiles(), &[]) {
+    for s in crate::daemon::watch::stream_ids(store.profiles(), &[]) {
         store.mark_synced(&s);
     }
     for _ in 0..3 {
@@ -357,7 +357,7 @@ async fn firing_alert_holds_its_scope_and_resolved_without_proof_does_nothing() 
     let mut held = osm(
         "a",
         true,
-        json!({CAPI_PAUSED: crate::profile::PAUSE_MARKER, crate::profile::HOLD_ANNOTATION: record}),
+        json!({CAPI_PAUSED: crate::model::profile::PAUSE_MARKER, crate::model::profile::HOLD_ANNOTATION: record}),
     );
     held.metadata.resource_version = Some("2".into());
     store.apply(0, &held);

@@ -2,7 +2,7 @@
 //! from it and writes its episodes back.
 
 use super::*;
-use crate::episodes::Evidence;
+use crate::decide::episodes::Evidence;
 
 /// The episode record and the name this replica writes it under.
 pub(super) struct RecordLink {

@@ -1,10 +1,58 @@
 //! Which resources an alert is about. Pure: alert labels + the configured
 //! selector in, a predicate over resources out.
 
-use crate::config::{AlertRule, Selector};
-use crate::view::{ResourceKey, ResourceView};
+use crate::model::view::{ResourceKey, ResourceView};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// Which resources an alert is about: alert labels name resource
+/// coordinates, and static label selectors narrow further.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Selector {
+    /// Alert label holding the resource namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_label: Option<String>,
+    /// Alert label holding the resource kind (e.g. `kind` from remedy's metrics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind_label: Option<String>,
+    /// Alert label holding the resource name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_label: Option<String>,
+    /// Alert label holding a CAPI cluster name, matched against the
+    /// resource label `cluster.x-k8s.io/cluster-name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_label: Option<String>,
+    /// Resource labels that must all match.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertRule {
+    pub alertname: String,
+    #[serde(default)]
+    pub select: Selector,
+    /// PromQL that must return no series for the condition to count as
+    /// cleared; defaults to the ALERTS series of this alert.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_query: Option<String>,
+    /// Whether a firing alert whose labels select nothing in particular
+    /// (no namespace, kind, name, cluster or label) may hold the whole
+    /// fleet. Off: such a notification is refused and counted.
+    #[serde(default)]
+    pub allow_cluster_wide: bool,
+    /// At most this many resources per episode: a scope selecting more
+    /// holds and remediates nothing, and is counted
+    /// (`remedy_episodes_refused_total{reason="over_cap"}`).
+    #[serde(default = "default_max_resources")]
+    pub max_resources: usize,
+}
+
+fn default_max_resources() -> usize {
+    200
+}
 
 /// Resource label CAPI puts on every object of a workload cluster.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";

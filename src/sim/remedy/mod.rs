@@ -9,9 +9,9 @@
 use super::Scenario;
 use super::model::{CallKind, Ms, Outcome, Resource};
 use super::policy::{ClientGoDefault, Policy};
-use crate::backoff::BackoffPolicy;
 use crate::config::{BreakerConfig, BudgetConfig, DomainBy, PaceConfig};
 use crate::decide::{Action, Context, Core, CoreConfig, Decisions, Fact, Failing, Pause};
+use crate::model::backoff::BackoffPolicy;
 use chrono::{DateTime, Utc};
 use rand::rngs::StdRng;
 use std::collections::BTreeSet;
@@ -151,7 +151,7 @@ impl Remedy {
         let cluster = p.core.breaker.domain == DomainBy::Cluster;
         let zones: Vec<Arc<str>> = (0..s.zones.max(1))
             .map(|z| match cluster {
-                true => core.domain(crate::domains::CLUSTER),
+                true => core.domain(crate::model::domains::CLUSTER),
                 false => core.domain(&zone_name(z)),
             })
             .collect();

@@ -3,14 +3,14 @@
 //! object changed under us, so we fetch and plan again rather than retry the
 //! same write; this is what keeps actions from being lost or doubled.
 
-use super::plan::{self, Done, Goal, Step};
-use crate::budget::TokenBucket;
-use crate::leader::Leadership;
+use crate::daemon::leader::Leadership;
+use crate::daemon::store::Store;
+use crate::daemon::watch;
+use crate::decide::budget::TokenBucket;
 use crate::metrics::{ActionKindLabels, Metrics};
-use crate::profile::Profile;
-use crate::store::Store;
-use crate::view::ResourceKey;
-use crate::watch;
+use crate::model::profile::Profile;
+use crate::model::view::ResourceKey;
+use crate::remediate::plan::{self, Done, Goal, Step};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
@@ -388,7 +388,7 @@ impl Executor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER, builtin};
+    use crate::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER, builtin};
     use axum::response::IntoResponse;
     use serde_json::json;
 

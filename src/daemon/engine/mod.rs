@@ -3,28 +3,28 @@
 //! (lowest crash_count first); workers carry the goals out. Followers run
 //! the same loop for metrics but never enqueue a write.
 
-use crate::classify::Verdict;
 use crate::config::{AlertRule, Config};
+use crate::daemon::execute::Executor;
+use crate::daemon::fault::Fault;
+use crate::daemon::leader::Leadership;
+use crate::daemon::store::{Entry, Store};
+pub use crate::decide::episodes::Episode;
+use crate::decide::episodes::{Book, EPISODE_TTL, MAX_EPISODES, Refusal};
+use crate::decide::recovery;
 use crate::decide::retry::Retries;
 use crate::decide::{ALERT_PREFIX, Action, Context, Core, CoreConfig, Fact, Failing, Pause};
-pub use crate::episodes::Episode;
-use crate::episodes::{Book, EPISODE_TTL, MAX_EPISODES, Refusal};
-use crate::fault::Fault;
-use crate::leader::Leadership;
 use crate::metrics::{EpisodeLabels, KindReasonLabels, Metrics, ScopeLabels};
-use crate::profile::{HoldRecord, Profile};
+use crate::model::classify::Verdict;
+use crate::model::profile::{HoldRecord, Profile};
+use crate::model::scope::Scope;
+use crate::model::view::{PauseState, ResourceKey};
 use crate::record::kube::RecordApi;
 use crate::record::sync::Tracker;
-use crate::recovery;
-use crate::remediate::execute::Executor;
 use crate::remediate::plan::Goal;
-use crate::scope::Scope;
 use crate::signals::verify::Verifier;
 use crate::signals::{AlertEvent, AlertStatus};
-use crate::store::{Entry, Store};
 use crate::supervise::{Heartbeat, Supervisor};
 use crate::sync::LockExt;
-use crate::view::{PauseState, ResourceKey};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -104,7 +104,7 @@ impl Engine {
         leader: Leadership,
     ) -> Arc<Self> {
         let metrics = store.metrics().clone();
-        let streams = crate::watch::stream_ids(store.profiles(), &cfg.namespaces);
+        let streams = crate::daemon::watch::stream_ids(store.profiles(), &cfg.namespaces);
         Arc::new(Self {
             store,
             executor,
@@ -163,7 +163,7 @@ impl Engine {
             Some(Fault::PanicAfterTicks(k)) if n > k => {
                 panic!(
                     "injected fault ({}): engine panics at tick {n}",
-                    crate::fault::ENV
+                    crate::daemon::fault::ENV
                 )
             }
             Some(Fault::StallAfterTicks(k)) if n > k => {
@@ -299,7 +299,7 @@ impl Engine {
                 .and_then(|e| self.store.profiles().get(e.profile).cloned());
             if let Some(profile) = profile {
                 let span = tracing::info_span!("goal", resource = %key, goal = goal.label(), trace_id = tracing::field::Empty);
-                crate::telemetry::record_trace_id(&span);
+                crate::daemon::telemetry::record_trace_id(&span);
                 match self
                     .executor
                     .run(&profile, &key, &goal)

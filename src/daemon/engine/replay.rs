@@ -5,7 +5,7 @@
 //! tick's holds, releases and waits must match what the simulator decided.
 
 use super::*;
-use crate::profile::{
+use crate::model::profile::{
     CAPI_PAUSED, CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, PAUSE_MARKER,
 };
 use crate::sim::remedy::{Remedy, RemedyParams, SimFact, ZONE_LABEL, wall, zone_name};

@@ -2,13 +2,13 @@
 //! the aggregate metrics derived from it (kept incrementally so a 100k-object
 //! fleet costs O(1) per event).
 
-use crate::authorship::{Author, OwnWrites};
-use crate::backoff::BackoffPolicy;
-use crate::classify::{Classifier, Verdict};
+use crate::daemon::authorship::{Author, OwnWrites};
 use crate::metrics::{ErrorLabels, KindLabels, KindStateLabels, Metrics};
-use crate::profile::Profile;
+use crate::model::backoff::BackoffPolicy;
+use crate::model::classify::{Classifier, Verdict};
+use crate::model::profile::Profile;
+use crate::model::view::{PauseState, ResourceKey, ResourceView};
 use crate::sync::RwLockExt;
-use crate::view::{PauseState, ResourceKey, ResourceView};
 use kube::api::DynamicObject;
 use std::collections::{HashMap, HashSet};
 use std::num::NonZeroU64;
@@ -23,7 +23,7 @@ pub struct Entry {
     pub verdict: Verdict,
     /// [`FailureText::digest`]: the texts themselves are not kept.
     pub failure: Option<NonZeroU64>,
-    /// Set when this state is remedy's own write (see [`crate::authorship`]):
+    /// Set when this state is remedy's own write (see [`crate::daemon::authorship`]):
     /// its failure signals predate that write and are stale until someone
     /// else writes the object.
     pub own_write: Option<Instant>,
@@ -376,8 +376,8 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::default_rules;
-    use crate::profile::builtin;
+    use crate::model::classify::default_rules;
+    use crate::model::profile::builtin;
     use serde_json::json;
 
     fn store() -> Store {
@@ -505,7 +505,7 @@ mod tests {
     #[test]
     fn a_native_counter_that_moves_is_a_new_failure() {
         let s = Store::new(
-            vec![crate::profile::builtin("bottlerocket-shadow").unwrap()],
+            vec![crate::model::profile::builtin("bottlerocket-shadow").unwrap()],
             Classifier::new(&default_rules()).unwrap(),
             BackoffPolicy::default(),
             Arc::new(Metrics::new(100)),

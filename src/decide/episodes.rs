@@ -13,8 +13,8 @@
 //! - a firing episode is never evicted to make room: a new one is refused.
 
 use crate::config::AlertRule;
-use crate::scope::Scope;
-use crate::view::ResourceKey;
+use crate::model::scope::Scope;
+use crate::model::view::ResourceKey;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

@@ -3,7 +3,7 @@
 //! reads both the CAPI v1beta1 (`status.failureReason`) and v1beta2
 //! (`status.deprecated.v1beta1.failureReason`) layouts.
 
-use crate::view::{
+use crate::model::view::{
     ConditionView, FailureText, Labels, Owner, PauseState, Projection, ResourceView,
 };
 use chrono::{DateTime, Utc};
@@ -76,7 +76,7 @@ pub struct FieldPaths {
     pub failure_time: Vec<String>,
     /// Where the object names its failure domain (zone, region), for
     /// `breaker.domain: {field: …}`; kept among the view's labels as
-    /// [`crate::domains::FIELD_LABEL`].
+    /// [`crate::model::domains::FIELD_LABEL`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failure_domain: Vec<String>,
 }
@@ -355,7 +355,7 @@ impl Profile {
                         first(&obj.data, &self.fields.failure_domain)
                             .and_then(Value::as_str)
                             .filter(|d| !d.is_empty())
-                            .map(|d| (crate::domains::FIELD_LABEL, d)),
+                            .map(|d| (crate::model::domains::FIELD_LABEL, d)),
                     ),
             ),
             deleting: meta.deletion_timestamp.is_some(),
@@ -689,7 +689,7 @@ pub fn builtin(name: &str) -> Result<Profile, ProfileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::{Classifier, Verdict, default_rules};
+    use crate::model::classify::{Classifier, Verdict, default_rules};
 
     fn sample(yaml: &str) -> DynamicObject {
         serde_yaml_ng::from_str(yaml).expect("sample parses")
@@ -703,7 +703,7 @@ mod tests {
     fn capi_machine_v1beta1_failure_fields() {
         let p = builtin("capi-machine").unwrap();
         let v = p.project(&sample(include_str!(
-            "../testenv/samples/capi-machine-v1beta1-failed.yaml"
+            "../../testenv/samples/capi-machine-v1beta1-failed.yaml"
         )));
         assert!(v.failure.reason.is_some(), "{v:?}");
         assert!(v.failure.message.is_some());
@@ -719,7 +719,7 @@ mod tests {
     fn capi_machine_v1beta2_reads_the_deprecated_block() {
         let p = builtin("capi-machine").unwrap();
         let v = p.project(&sample(include_str!(
-            "../testenv/samples/capi-machine-v1beta2-failed.yaml"
+            "../../testenv/samples/capi-machine-v1beta2-failed.yaml"
         )));
         assert_eq!(v.failure.reason.as_deref(), Some("UpdateError"));
         assert!(
@@ -738,7 +738,7 @@ mod tests {
     fn openstack_error_state_is_terminal() {
         let p = builtin("openstack-machine").unwrap();
         let v = p.project(&sample(include_str!(
-            "../testenv/samples/capo-openstackmachine-error.yaml"
+            "../../testenv/samples/capo-openstackmachine-error.yaml"
         )));
         assert_eq!(v.failure.state.as_deref(), Some("ERROR"));
         assert_eq!(v.failure.reason.as_deref(), Some("UpdateError"));
@@ -751,13 +751,13 @@ mod tests {
     fn aws_and_azure_samples_project() {
         let aws = builtin("aws-machine").unwrap();
         let v = aws.project(&sample(include_str!(
-            "../testenv/samples/capa-awsmachine-terminated.yaml"
+            "../../testenv/samples/capa-awsmachine-terminated.yaml"
         )));
         assert_eq!(v.failure.state.as_deref(), Some("terminated"));
         assert!(matches!(verdict(&aws, &v), Verdict::Terminal { .. }));
         let az = builtin("azure-machine").unwrap();
         let v = az.project(&sample(include_str!(
-            "../testenv/samples/capz-azuremachine-failed.yaml"
+            "../../testenv/samples/capz-azuremachine-failed.yaml"
         )));
         assert_eq!(v.failure.state.as_deref(), Some("Failed"));
         // "Failed" is not a configured terminal state for Azure: retried.
@@ -768,7 +768,7 @@ mod tests {
     fn bottlerocket_crash_count_and_nanosecond_timestamp() {
         let p = builtin("bottlerocket-shadow").unwrap();
         let v = p.project(&sample(include_str!(
-            "../testenv/samples/brupop-bottlerocketshadow-crashed.yaml"
+            "../../testenv/samples/brupop-bottlerocketshadow-crashed.yaml"
         )));
         assert_eq!(v.view.crash_count, Some(3));
         assert_eq!(

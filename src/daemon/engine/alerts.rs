@@ -2,7 +2,7 @@
 //! after a restart, and verification before anything is remediated.
 
 use super::*;
-use crate::episodes::Evidence;
+use crate::decide::episodes::Evidence;
 
 /// How often firing episodes without proof are checked against Prometheus.
 const PROOF_EVERY: Duration = Duration::from_secs(2);
@@ -10,7 +10,7 @@ const PROOF_EVERY: Duration = Duration::from_secs(2);
 impl Engine {
     /// Records an alert notification. Firing cancels queued remediation in
     /// its scope at once; resolved only starts the settle clock. A refused
-    /// notification (see [`crate::episodes`]) changes nothing and is
+    /// notification (see [`crate::decide::episodes`]) changes nothing and is
     /// counted and logged.
     pub fn handle(&self, ev: &AlertEvent) {
         let Some(rule) = self.alerts.iter().find(|a| a.alertname == ev.alertname) else {

@@ -2,8 +2,8 @@
 //! out. Unknown states are never terminal: only an explicit terminal rule or a
 //! profile's terminal state makes a resource terminal.
 
-use crate::profile::Profile;
-use crate::view::{FailureText, Projection};
+use crate::model::profile::Profile;
+use crate::model::view::{FailureText, Projection};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
@@ -321,8 +321,8 @@ impl Classifier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::builtin;
-    use crate::view::{ConditionView, ResourceView};
+    use crate::model::profile::builtin;
+    use crate::model::view::{ConditionView, ResourceView};
 
     fn classifier() -> Classifier {
         Classifier::new(&default_rules()).expect("seed rules compile")
@@ -611,7 +611,7 @@ mod tests {
     #[test]
     fn provider_wordings_classify_as_expected() {
         let table: Vec<Wording> =
-            serde_yaml_ng::from_str(include_str!("../tests/fixtures/wordings.yaml"))
+            serde_yaml_ng::from_str(include_str!("../../tests/fixtures/wordings.yaml"))
                 .expect("wordings table parses");
         assert!(table.len() >= 20, "the table lost entries");
         let c = classifier();

@@ -8,8 +8,8 @@
 //! verification decides whether anything is remediated.
 
 use crate::config::AlertRule;
-use crate::episodes::Episode;
-use crate::scope::Scope;
+use crate::decide::episodes::Episode;
+use crate::model::scope::Scope;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -1,0 +1,186 @@
+//! The `remedy` command line: parsing and dispatch (`main.rs` only calls
+//! [`main`]). `serve` runs the daemon; `status` and `clear` operate on a
+//! running remedy or the cluster (`operate`); `simulate` runs the simulator
+//! (`simulate`); `check-config` and `profiles` print what a config resolves
+//! to.
+
+mod operate;
+mod simulate;
+
+pub use operate::{CliError, clear, render, status};
+pub use simulate::{ModeArg, SimArgs};
+
+use crate::config::{Config, TlsConfig, Validated};
+use clap::{Parser, Subcommand};
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "remedy",
+    version,
+    about = "Safe, automatic remediation of stuck cloud resources"
+)]
+struct Cli {
+    /// Log format: text or json.
+    #[arg(long, global = true, default_value = "text", env = "REMEDY_LOG_FORMAT")]
+    log_format: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Watch, classify, export metrics and remediate.
+    Serve {
+        #[arg(long, env = "REMEDY_CONFIG")]
+        config: PathBuf,
+        /// Serve HTTPS with this PEM certificate chain (overrides `tls` in
+        /// the config): lets a deployment mount a Secret without editing the
+        /// config file.
+        #[arg(long, env = "REMEDY_TLS_CERT_FILE", requires = "tls_key_file")]
+        tls_cert_file: Option<PathBuf>,
+        /// The PEM private key for --tls-cert-file.
+        #[arg(long, env = "REMEDY_TLS_KEY_FILE", requires = "tls_cert_file")]
+        tls_key_file: Option<PathBuf>,
+    },
+    /// Validate a config file and print the resolved profiles.
+    CheckConfig { file: PathBuf },
+    /// Print the built-in profiles as YAML.
+    Profiles,
+    /// Show what a running remedy holds, waits for and plans.
+    Status {
+        #[arg(long, default_value = "http://127.0.0.1:8080", env = "REMEDY_URL")]
+        url: String,
+    },
+    /// Remediate one resource by hand (NAMESPACE/KIND/NAME) with the same
+    /// guards as the daemon.
+    Clear {
+        target: String,
+        #[arg(long, env = "REMEDY_CONFIG")]
+        config: PathBuf,
+        /// Report the plan without writing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Refuse unless this alert is verified cleared in Prometheus/Alertmanager.
+        #[arg(long)]
+        require_cleared: Option<String>,
+    },
+    /// Compare retry policies through a simulated cloud outage.
+    Simulate(SimArgs),
+}
+
+/// How a command failed, and its exit status: 2 for a config or argument
+/// that cannot be used, 1 for a failure while running.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn input(e: impl Display) -> Self {
+        Self {
+            code: 2,
+            message: e.to_string(),
+        }
+    }
+
+    fn running(e: impl Display) -> Self {
+        Self {
+            code: 1,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Parses the command line, runs the command, prints its output (or the
+/// error) and returns the exit status.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => return exit(Err(Failure::running(format!("cannot start runtime: {e}")))),
+    };
+    // Inside the runtime: the OTLP exporter (feature `otlp`) binds to it.
+    let telemetry = {
+        let _in_runtime = rt.enter();
+        crate::daemon::telemetry::init(cli.log_format == "json")
+    };
+    let telemetry = match telemetry {
+        Ok(t) => t,
+        Err(e) => return exit(Err(Failure::running(e))),
+    };
+    let code = exit(run(cli.command, &rt));
+    // Outside block_on, with the runtime still up: the exporter needs it.
+    telemetry.shutdown();
+    code
+}
+
+fn exit(result: Result<String, Failure>) -> ExitCode {
+    match result {
+        Ok(out) => {
+            if !out.is_empty() {
+                println!("{}", out.trim_end());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn load(path: &Path) -> Result<Validated, Failure> {
+    Config::load(path).map_err(Failure::input)
+}
+
+fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure> {
+    match command {
+        Command::Serve {
+            config,
+            tls_cert_file,
+            tls_key_file,
+        } => {
+            let mut v = load(&config)?;
+            if let (Some(cert_file), Some(key_file)) = (tls_cert_file, tls_key_file) {
+                v.config.tls = Some(TlsConfig {
+                    cert_file,
+                    key_file,
+                });
+            }
+            rt.block_on(crate::daemon::app::serve(v))
+                .map_err(Failure::running)?;
+            Ok(String::new())
+        }
+        Command::CheckConfig { file } => {
+            let v = load(&file)?;
+            let mut out = format!("config OK: {} profiles\n", v.profiles.len());
+            for p in &v.profiles {
+                out.push_str(&format!(
+                    "  {:<20} {}/{}\n",
+                    p.name,
+                    p.api_version(),
+                    p.kind
+                ));
+            }
+            Ok(out)
+        }
+        Command::Profiles => {
+            serde_yaml_ng::to_string(&crate::model::profile::builtins()).map_err(Failure::running)
+        }
+        Command::Status { url } => rt.block_on(status(&url)).map_err(Failure::running),
+        Command::Clear {
+            target,
+            config,
+            dry_run,
+            require_cleared,
+        } => {
+            let v = load(&config)?;
+            rt.block_on(clear(&v, &target, dry_run, require_cleared.as_deref()))
+                .map_err(Failure::running)
+        }
+        Command::Simulate(args) => simulate::run(&args).map_err(Failure::input),
+    }
+}
