@@ -173,20 +173,24 @@ impl Engine {
             _ => {}
         }
         self.heartbeat.beat();
-        self.record_in(self.leader.is_leader()).await;
+        // One answer for the whole tick: a follower's episodes are the
+        // record's, untrusted, and must not be planned from as a leader's if
+        // the Lease is won between reading the record and planning (the next
+        // tick loads and re-verifies them).
+        let leader = self.leader.is_leader();
+        self.record_in(leader).await;
         self.heartbeat.beat();
-        self.decide().await;
+        self.decide(leader).await;
         self.heartbeat.beat();
-        self.record_out().await;
+        self.record_out(leader).await;
         self.heartbeat.beat();
         let notes = self.collect_problems();
         *self.problems.locked() = notes;
     }
 
-    async fn decide(&self) {
+    async fn decide(&self, leader: bool) {
         let wall = Utc::now();
         let now = self.now();
-        let leader = self.leader.is_leader();
         let run = self
             .with_schedule(|s| {
                 s.should_run(now, leader, |since| {
@@ -209,7 +213,7 @@ impl Engine {
             (Some(v), Some(q)) => v.query_scalar(q).await.ok().flatten(),
             _ => None,
         };
-        self.plan(now, wall, external);
+        self.plan(now, wall, external, leader);
     }
 
     #[cfg(test)]

@@ -10,7 +10,13 @@ impl Engine {
     /// The synchronous part of a tick: the store and the episodes through
     /// the decision core, goals queued for the workers. Clocks are passed
     /// in so a recorded run can be replayed.
-    pub(super) fn plan(&self, now: Duration, wall: DateTime<Utc>, external: Option<f64>) {
+    pub(super) fn plan(
+        &self,
+        now: Duration,
+        wall: DateTime<Utc>,
+        external: Option<f64>,
+        leader: bool,
+    ) {
         let mut st = self.state.locked();
         let st = &mut *st;
         st.episodes.prune(wall);
@@ -115,7 +121,6 @@ impl Engine {
                 },
             );
         });
-        let leader = self.leader.is_leader();
         let synced = self.streams.iter().all(|s| self.store.is_synced(s));
         let d = t.finish(Context {
             leader,

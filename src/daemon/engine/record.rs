@@ -73,11 +73,11 @@ impl Engine {
     }
 
     /// The leader writes its episodes back when they or the inbox changed.
-    pub(super) async fn record_out(&self) {
+    pub(super) async fn record_out(&self, leader: bool) {
         let Some(link) = self.record.get() else {
             return;
         };
-        if !self.leader.is_leader() {
+        if !leader {
             return;
         }
         let (next, shed) = {
