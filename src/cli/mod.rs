@@ -164,6 +164,17 @@ fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure
                     p.api_version(),
                     p.kind
                 ));
+                // The resolved hold: what remedy will write, and whether a
+                // controller known to read that key would ignore it.
+                match &p.hold {
+                    Some(h) => {
+                        out.push_str(&format!("  {:<20} hold: {}\n", "", h.describe()));
+                        if let Some(why) = h.mismatch() {
+                            out.push_str(&format!("  {:<20} warning: {why}\n", ""));
+                        }
+                    }
+                    None => out.push_str(&format!("  {:<20} hold: none (never held)\n", "")),
+                }
             }
             Ok(out)
         }

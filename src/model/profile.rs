@@ -28,6 +28,8 @@ pub const SKIP_MARKER: &str = "remedy.dev/clearing";
 pub const CRASH_ANNOTATION: &str = "remedy.dev/crash-count";
 pub const FAILURE_TIME_ANNOTATION: &str = "remedy.dev/failure-time";
 pub const CAPI_PAUSED: &str = "cluster.x-k8s.io/paused";
+/// Crossplane's pause annotation (crossplane-runtime `meta.AnnotationKeyReconciliationPaused`).
+pub const CROSSPLANE_PAUSED: &str = "crossplane.io/paused";
 pub const CAPI_SKIP_REMEDIATION: &str = "cluster.x-k8s.io/skip-remediation";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -92,9 +94,11 @@ pub struct HoldSpec {
     /// Or a field under /spec (JSON pointer) the controller reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
-    /// What remedy writes. Annotation: a string (default
-    /// [`PAUSE_MARKER`]); field: any JSON value (default `true`). The
-    /// controller must treat it as paused: see README "What a hold means".
+    /// What remedy writes. Annotation: a string (default `"true"`, which
+    /// every known controller honours: Crossplane pauses only on exactly
+    /// that); field: any JSON value (default `true`). The controller must
+    /// treat it as paused: see README "What a hold means". Ownership does
+    /// not depend on it: remedy's record says which value it wrote.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
 }
@@ -106,12 +110,25 @@ pub enum HoldTarget<'a> {
     Field(&'a str),
 }
 
+/// What an annotation hold without `value` writes.
+pub const DEFAULT_ANNOTATION_VALUE: &str = "true";
+
 impl HoldSpec {
     pub fn annotation(key: &str) -> Self {
         Self {
             annotation: Some(key.into()),
             field: None,
             value: None,
+        }
+    }
+
+    /// An annotation hold that writes [`PAUSE_MARKER`]: the built-in CAPI
+    /// profiles' (CAPI honours any value), so that whoever reads the object
+    /// sees at once whose pause it is.
+    pub fn marked(key: &str) -> Self {
+        Self {
+            value: Some(Value::from(PAUSE_MARKER)),
+            ..Self::annotation(key)
         }
     }
 
@@ -128,7 +145,33 @@ impl HoldSpec {
         match (&self.value, self.target()) {
             (Some(v), _) => v.clone(),
             (None, Some(HoldTarget::Field(_))) => Value::Bool(true),
-            (None, _) => Value::from(PAUSE_MARKER),
+            (None, _) => Value::from(DEFAULT_ANNOTATION_VALUE),
+        }
+    }
+
+    /// One line for `check-config`: where the hold goes and what it writes.
+    pub fn describe(&self) -> String {
+        let value = self.pause_value();
+        match self.target() {
+            Some(HoldTarget::Annotation(k)) => format!("annotation {k}={value}"),
+            Some(HoldTarget::Field(f)) => format!("field {f}={value}"),
+            None => "invalid".to_string(),
+        }
+    }
+
+    /// What a controller known to read this hold needs, when the value
+    /// remedy writes would not pause it; `None` when it would, or when the
+    /// key is not one remedy knows.
+    pub fn mismatch(&self) -> Option<&'static str> {
+        let value = self.pause_value();
+        match self.target()? {
+            HoldTarget::Annotation(CROSSPLANE_PAUSED) if value != Value::from("true") => Some(
+                "Crossplane (crossplane-runtime meta.IsPaused) pauses only on exactly \"true\"",
+            ),
+            HoldTarget::Field("/spec/paused") if value != Value::Bool(true) => {
+                Some("CAPI reads Cluster.spec.paused as a boolean: only true pauses")
+            }
+            _ => None,
         }
     }
 
@@ -597,7 +640,7 @@ fn capi_profile(name: &str, group: &str, version: &str, kind: &str, state: &[&st
         fields: capi_fields(state),
         terminal_states: Vec::new(),
         unknown_conditions: Vec::new(),
-        hold: Some(HoldSpec::annotation(CAPI_PAUSED)),
+        hold: Some(HoldSpec::marked(CAPI_PAUSED)),
         remediation: RemediationSpec {
             clear_status: capi_clear(),
             ..RemediationSpec::default()
@@ -997,6 +1040,63 @@ mod tests {
         let parsed: Profile = serde_yaml_ng::from_str(yaml).unwrap();
         assert_eq!(parsed.hold.unwrap().pause_value(), Value::from("true"));
         assert!(parsed.remediation.release_clears_failure, "on by default");
+    }
+
+    #[test]
+    fn an_annotation_hold_without_a_value_writes_true_and_the_builtins_their_marker() {
+        let parse = |hold: &str| -> HoldSpec {
+            let yaml = format!("name: x\ngroup: g\nversion: v1\nkind: K\nhold: {hold}\n");
+            let p: Profile = serde_yaml_ng::from_str(&yaml).unwrap();
+            p.validate().unwrap();
+            p.hold.unwrap()
+        };
+        // Crossplane pauses only on "true": the default must be it.
+        let crossplane = parse("{annotation: crossplane.io/paused}");
+        assert_eq!(crossplane.pause_value(), Value::from("true"));
+        assert_eq!(
+            crossplane.describe(),
+            r#"annotation crossplane.io/paused="true""#
+        );
+        assert_eq!(crossplane.mismatch(), None);
+        let wrong = parse("{annotation: crossplane.io/paused, value: 'yes'}");
+        assert!(wrong.mismatch().unwrap().contains("Crossplane"));
+        let field = parse("{field: /spec/paused}");
+        assert_eq!(field.describe(), "field /spec/paused=true");
+        assert_eq!(field.mismatch(), None);
+        // The built-in CAPI profiles write remedy's marker (CAPI reads the
+        // key only), and say so.
+        let capi = builtin("capi-machine").unwrap().hold.unwrap();
+        assert_eq!(capi.pause_value(), Value::from(PAUSE_MARKER));
+        assert_eq!(
+            capi.describe(),
+            r#"annotation cluster.x-k8s.io/paused="remedy.dev/hold""#
+        );
+        assert_eq!(capi.mismatch(), None);
+        // A hold remedy wrote with "true" is remedy's by its record only.
+        let p = Profile {
+            hold: Some(crossplane),
+            ..builtin("capi-machine").unwrap()
+        };
+        let record = HoldRecord {
+            since: Utc::now(),
+            reason: "breaker".into(),
+            crash_count: 0,
+            value: Some(Value::from("true")),
+        };
+        let with =
+            |annotations: BTreeMap<String, String>| p.pause_state(&annotations, &Value::Null);
+        let paused = BTreeMap::from([("crossplane.io/paused".to_string(), "true".to_string())]);
+        assert_eq!(
+            with(paused.clone()),
+            PauseState::Foreign,
+            "a human's \"true\""
+        );
+        let mut ours = paused;
+        ours.insert(
+            HOLD_ANNOTATION.into(),
+            serde_json::to_string(&record).unwrap(),
+        );
+        assert!(matches!(with(ours), PauseState::Ours { .. }));
     }
 
     #[test]

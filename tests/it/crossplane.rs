@@ -1,7 +1,8 @@
 //! A hold must stop the controller it is meant to stop. Crossplane pauses a
 //! managed resource only when `crossplane.io/paused` is exactly "true"
-//! (crossplane-runtime pkg/meta `IsPaused`), so remedy's default value would
-//! not stop it: the profile says what to write. Run on a real Crossplane
+//! (crossplane-runtime pkg/meta `IsPaused`): a custom hold without `value`
+//! writes exactly that, and remedy's marker (what the built-in CAPI profiles
+//! write) would not stop it. Run on a real Crossplane
 //! managed-resource CRD (provider-kubernetes `Object`), with a stand-in for
 //! the provider's reconciler (there is no cloud here) that follows that rule.
 //! Also: a CAPI Cluster held through `spec.paused` on the real v1beta2 CRD.
@@ -82,9 +83,10 @@ fn reconciler(
 
 #[tokio::test]
 async fn a_crossplane_managed_resource_is_held_with_the_value_crossplane_reads() {
-    // remedy's default pause value would not stop Crossplane.
-    let default_value = [(PAUSED.to_string(), PAUSE_MARKER.to_string())].into();
-    assert!(!crossplane_is_paused(&default_value));
+    // remedy's marker, which the built-in CAPI profiles write, would not
+    // stop Crossplane; a custom hold without `value` writes "true" (#27).
+    let marker = [(PAUSED.to_string(), PAUSE_MARKER.to_string())].into();
+    assert!(!crossplane_is_paused(&marker));
 
     let cluster = TestCluster::shared();
     let client = cluster.client().await;
@@ -116,7 +118,7 @@ async fn a_crossplane_managed_resource_is_held_with_the_value_crossplane_reads()
          profiles:\n\
          - name: crossplane-object\n  group: kubernetes.m.crossplane.io\n  version: v1alpha1\n  kind: Object\n  plural: objects\n\
          \x20 fields: {{conditions: [/status/conditions]}}\n\
-         \x20 hold: {{annotation: {PAUSED}, value: \"true\"}}\n\
+         \x20 hold: {{annotation: {PAUSED}}}\n\
          backoff: {{base: 1s, cap: 2s, quiet_window: 100000h}}\n\
          budget: {{refill_per_second: 10, burst: 10}}\n\
          breaker: {{open_ratio: 0.3, close_ratio: 0.1, min_resources: 3, window: 1s, cooldown: 2s}}\n"
