@@ -43,13 +43,26 @@ impl ConfigError {
 }
 
 /// A profile entry: a built-in by name, a built-in with another API version
-/// (e.g. CAPI v1beta2), or a full custom profile for any CRD.
+/// (e.g. CAPI v1beta2) or a label selector, or a full custom profile for any
+/// CRD.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ProfileRef {
     Builtin(String),
-    Override { builtin: String, version: String },
+    Override(BuiltinOverride),
     Custom(Box<Profile>),
+}
+
+/// A built-in profile with some of its settings replaced.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuiltinOverride {
+    pub builtin: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Only objects this label selector matches (see `Profile::label_selector`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -674,10 +687,13 @@ impl Config {
                 ProfileRef::Builtin(name) => {
                     profile::builtin(name).map_err(|e| ConfigError::invalid(&field, e))?
                 }
-                ProfileRef::Override { builtin, version } => {
-                    let mut p =
-                        profile::builtin(builtin).map_err(|e| ConfigError::invalid(&field, e))?;
-                    p.version = version.clone();
+                ProfileRef::Override(o) => {
+                    let mut p = profile::builtin(&o.builtin)
+                        .map_err(|e| ConfigError::invalid(&field, e))?;
+                    if let Some(v) = &o.version {
+                        p.version = v.clone();
+                    }
+                    p.label_selector = o.label_selector.clone().or(p.label_selector);
                     p
                 }
                 ProfileRef::Custom(p) => *p.clone(),

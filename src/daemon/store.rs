@@ -181,11 +181,17 @@ impl Store {
         a
     }
 
-    /// Projects, classifies and stores an object; returns its key.
+    /// Projects, classifies and stores an object; returns its key. An
+    /// object opted out (`remedy.dev/ignore`) is dropped as if deleted, and
+    /// `None` is returned: a relist then forgets it too.
     pub fn apply(&self, profile: usize, obj: &DynamicObject) -> Option<ResourceKey> {
         let key = self.key(profile, obj)?;
         let p = &self.profiles[profile];
         let projection = p.project(obj);
+        if projection.view.ignored {
+            self.remove(&key);
+            return None;
+        }
         let verdict = self.classifier.classify(p, &projection);
         let own_write = match self.own.author(&key, &projection.view.resource_version) {
             Author::Remedy { at } => Some(at),

@@ -178,11 +178,17 @@ pub async fn run(
     let kind = p.kind.clone();
     let metrics = store.metrics().clone();
     let mut seen: HashSet<ResourceKey> = HashSet::new();
-    tracing::info!(stream = %id, api_version = %p.api_version(), initial_list = list.as_str(), "watch starting");
+    tracing::info!(stream = %id, api_version = %p.api_version(), initial_list = list.as_str(), label_selector = p.label_selector.as_deref().unwrap_or(""), "watch starting");
     // A new watcher starts with `Init`, which resets `seen`, and its
     // `InitDone` drops whatever the store holds that it did not list.
     'strategy: loop {
-        let mut events = watcher::watcher(api(client.clone(), &p, ns), list.config())
+        let mut config = list.config();
+        if let Some(sel) = &p.label_selector {
+            // Filtered by the apiserver: an object that stops matching
+            // arrives as a delete, one that starts matching as an apply.
+            config = config.labels(sel);
+        }
+        let mut events = watcher::watcher(api(client.clone(), &p, ns), config)
             .default_backoff()
             .boxed();
         while let Some(ev) = events.next().await {

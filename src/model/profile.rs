@@ -31,6 +31,9 @@ pub const CAPI_PAUSED: &str = "cluster.x-k8s.io/paused";
 /// Crossplane's pause annotation (crossplane-runtime `meta.AnnotationKeyReconciliationPaused`).
 pub const CROSSPLANE_PAUSED: &str = "crossplane.io/paused";
 pub const CAPI_SKIP_REMEDIATION: &str = "cluster.x-k8s.io/skip-remediation";
+/// An object with this annotation (any value) is not remedy's: it is not
+/// counted, held or remediated, as if it were not watched.
+pub const IGNORE_ANNOTATION: &str = "remedy.dev/ignore";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,6 +62,11 @@ pub struct Profile {
     pub hold: Option<HoldSpec>,
     #[serde(default)]
     pub remediation: RemediationSpec,
+    /// Only objects this Kubernetes label selector matches are watched
+    /// (`env=prod,!canary`, `tier in (a,b)`); the rest are not remedy's.
+    /// The apiserver filters, so they cost nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -165,7 +173,7 @@ impl HoldSpec {
     pub fn mismatch(&self) -> Option<&'static str> {
         let value = self.pause_value();
         match self.target()? {
-            HoldTarget::Annotation(CROSSPLANE_PAUSED) if value != Value::from("true") => Some(
+            HoldTarget::Annotation(CROSSPLANE_PAUSED) if value.as_str() != Some("true") => Some(
                 "Crossplane (crossplane-runtime meta.IsPaused) pauses only on exactly \"true\"",
             ),
             HoldTarget::Field("/spec/paused") if value != Value::Bool(true) => {
@@ -249,6 +257,12 @@ pub enum ProfileError {
     UnknownBuiltin(String),
     #[error("profile {profile}: hold {why}")]
     BadHold { profile: String, why: &'static str },
+    #[error("profile {profile}: label_selector {selector:?}: {why}")]
+    BadSelector {
+        profile: String,
+        selector: String,
+        why: String,
+    },
 }
 
 impl ProfileError {
@@ -259,6 +273,7 @@ impl ProfileError {
             Self::NotStatus { .. } => "not_status",
             Self::UnknownBuiltin(_) => "unknown_builtin",
             Self::BadHold { .. } => "bad_hold",
+            Self::BadSelector { .. } => "bad_selector",
         }
     }
 }
@@ -312,6 +327,13 @@ impl Profile {
         }
         if let Some(h) = &self.hold {
             self.check_hold(h)?;
+        }
+        if let Some(sel) = &self.label_selector {
+            check_selector(sel).map_err(|why| ProfileError::BadSelector {
+                profile: self.name.clone(),
+                selector: sel.clone(),
+                why,
+            })?;
         }
         let r = &self.remediation;
         for p in r
@@ -406,6 +428,7 @@ impl Profile {
         };
         let empty = BTreeMap::new();
         let annotations = meta.annotations.as_ref().unwrap_or(&empty);
+        view.ignored = annotations.contains_key(IGNORE_ANNOTATION);
         view.pause = self.pause_state(annotations, &obj.data);
         view.skip_remediation = match self
             .remediation
@@ -509,6 +532,63 @@ impl Profile {
             reason: Some(record.reason.into()),
         }
     }
+}
+
+/// Checks a Kubernetes label selector as the apiserver parses it
+/// (`k8s.io/apimachinery/pkg/labels`): requirements separated by commas
+/// outside parentheses, each `key`, `!key`, `key=v`, `key==v`, `key!=v`,
+/// `key in (v,...)` or `key notin (v,...)`. A bad one is refused at start,
+/// not found later as a watch that fails forever.
+pub fn check_selector(sel: &str) -> Result<(), String> {
+    use std::sync::LazyLock;
+    // Keys: an optional DNS-subdomain prefix and a name; values: a label value.
+    static REQ: LazyLock<Option<regex::Regex>> = LazyLock::new(|| {
+        let key = r"(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?";
+        let value = r"(?:[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?";
+        regex::Regex::new(&format!(
+            r"^\s*(?:!\s*{key}|{key}\s*(?:(?:==?|!=)\s*{value}|\s(?:in|notin)\s*\(\s*{value}(?:\s*,\s*{value})*\s*\))?)\s*$"
+        ))
+        .ok()
+    });
+    let Some(req) = REQ.as_ref() else {
+        return Err("selector grammar did not compile".into());
+    };
+    if sel.trim().is_empty() {
+        return Err("is empty (leave it out to watch every object)".into());
+    }
+    let (mut depth, mut start) = (0i32, 0usize);
+    let mut parts = Vec::new();
+    for (i, c) in sel.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&sel[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+        if !(0..=1).contains(&depth) {
+            return Err("unbalanced parentheses".into());
+        }
+    }
+    if depth != 0 {
+        return Err("unbalanced parentheses".into());
+    }
+    parts.push(&sel[start..]);
+    for p in parts {
+        let name = p.trim().trim_start_matches('!');
+        let key = name.split(['=', '!', ' ', '(']).next().unwrap_or_default();
+        if key.rsplit('/').next().is_some_and(|n| n.len() > 63) {
+            return Err(format!("{p:?}: a label name has at most 63 characters"));
+        }
+        if !req.is_match(p) {
+            return Err(format!(
+                "{p:?} is not a requirement (key, !key, key=v, key!=v, key in (a,b), key notin (a,b))"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The JSON remedy stores in [`HOLD_ANNOTATION`].
@@ -645,6 +725,7 @@ fn capi_profile(name: &str, group: &str, version: &str, kind: &str, state: &[&st
             clear_status: capi_clear(),
             ..RemediationSpec::default()
         },
+        label_selector: None,
     }
 }
 
@@ -718,6 +799,7 @@ pub fn builtins() -> Vec<Profile> {
             }],
             ..RemediationSpec::default()
         },
+        label_selector: None,
     };
     vec![machine, cluster, openstack, aws, azure, bottlerocket]
 }
@@ -899,6 +981,7 @@ mod tests {
                 value: Some(Value::from("true")),
             }),
             remediation: RemediationSpec::default(),
+            label_selector: None,
         }
     }
 
@@ -1097,6 +1180,40 @@ mod tests {
             serde_json::to_string(&record).unwrap(),
         );
         assert!(matches!(with(ours), PauseState::Ours { .. }));
+    }
+
+    #[test]
+    fn label_selectors_are_checked_as_the_apiserver_parses_them() {
+        for ok in [
+            "env=prod",
+            "env==prod,tier!=canary",
+            "!canary",
+            "remedy.dev/managed",
+            "cluster.x-k8s.io/cluster-name in (a, b-1,c.2)",
+            "tier notin (canary),env",
+            "env=",
+        ] {
+            assert_eq!(check_selector(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            " ",
+            "env=prod,",
+            "env in (a,b",
+            "env in a,b)",
+            "env=pro d",
+            "-env=prod",
+            "env in ()x",
+            "env=prod;rm",
+            &format!("{}=x", "k".repeat(64)),
+        ] {
+            assert!(check_selector(bad).is_err(), "{bad:?} accepted");
+        }
+        let mut p = builtin("capi-machine").unwrap();
+        p.label_selector = Some("env in (a".into());
+        let e = p.validate().unwrap_err();
+        assert_eq!(e.label(), "bad_selector");
+        assert!(e.to_string().contains("label_selector"), "{e}");
     }
 
     #[test]

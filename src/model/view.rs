@@ -127,6 +127,9 @@ pub struct ResourceView {
     pub pause: PauseState,
     pub skip_remediation: Owner,
     pub deleting: bool,
+    /// Carries `remedy.dev/ignore`: not remedy's to count, hold or
+    /// remediate.
+    pub ignored: bool,
     /// Fields the profile names that exist but have the wrong type. Such a
     /// resource is reported unclassifiable and never touched.
     pub malformed: Vec<&'static str>,

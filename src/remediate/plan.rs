@@ -80,6 +80,8 @@ pub enum Done {
     Deleting,
     /// The profile has no hold mechanism.
     NotHoldable,
+    /// Opted out (`remedy.dev/ignore`) since the goal was planned.
+    Ignored,
 }
 
 impl Done {
@@ -89,6 +91,7 @@ impl Done {
             Self::ForeignPause => "foreign_pause",
             Self::Deleting => "deleting",
             Self::NotHoldable => "not_holdable",
+            Self::Ignored => "ignored",
         }
     }
 }
@@ -96,6 +99,9 @@ impl Done {
 /// The next step towards `goal`, or why there is none.
 pub fn next_step(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> Result<Step, Done> {
     let view = profile.project(obj).view;
+    if view.ignored {
+        return Err(Done::Ignored);
+    }
     if view.deleting {
         return Err(Done::Deleting);
     }

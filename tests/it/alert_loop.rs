@@ -31,8 +31,7 @@ async fn firing_holds_resolved_is_verified_then_remediated() {
     let client = cluster.client().await;
     let ns = namespace(&client, "loop").await;
     let base = sample("capo-openstackmachine-error.yaml");
-    let failing = json!({"ready": false, "instanceState": "BUILD", "failureReason": "CreateError",
-        "failureMessage": "Expected HTTP response code [202] when accessing [POST https://nova:8774/v2.1/servers], but got 503 instead"});
+    let failing = crate::support::objects::nova_503();
     let mut api: Option<Api<DynamicObject>> = None;
     for i in 0..7 {
         let mut o = base.clone();

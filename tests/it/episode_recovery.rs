@@ -151,8 +151,7 @@ async fn a_restart_after_resolved_recovers_the_episode_from_prometheus() {
     first.kill();
     let mut osm = sample("capo-openstackmachine-error.yaml");
     osm.metadata.name = Some("osm-broke-during-restart".into());
-    osm.data["status"] = json!({"ready": false, "instanceState": "BUILD", "failureReason": "CreateError",
-        "failureMessage": "Expected HTTP response code [202] when accessing [POST https://nova:8774/v2.1/servers], but got 503 instead"});
+    osm.data["status"] = crate::support::objects::nova_503();
     let osm = create_with_status(&client, osm, &ns).await;
     let osm_api: Api<DynamicObject> = api_for(&client, &osm, &ns);
     let second = Remedy::serve(cluster, &config(&ns, &token, prom_port, am_port, "2s"));

@@ -29,8 +29,7 @@ const TOKEN: &str = "episode-t0ken";
 const ALERT: &str = "CloudAPIDegraded";
 
 fn failing() -> Value {
-    json!({"ready": false, "instanceState": "BUILD", "failureReason": "CreateError",
-           "failureMessage": "Expected HTTP response code [202] when accessing [POST https://nova:8774/v2.1/servers], but got 503 instead"})
+    crate::support::objects::nova_503()
 }
 
 struct Setup {

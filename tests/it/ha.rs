@@ -47,8 +47,7 @@ fn config(ns: &str, token: &str, prom: u16, am: u16) -> String {
 async fn failing_machine(client: &Client, ns: &str, name: &str) -> Api<DynamicObject> {
     let mut o = sample("capo-openstackmachine-error.yaml");
     o.metadata.name = Some(name.into());
-    o.data["status"] = json!({"ready": false, "instanceState": "BUILD", "failureReason": "CreateError",
-        "failureMessage": "Expected HTTP response code [202] when accessing [POST https://nova:8774/v2.1/servers], but got 503 instead"});
+    o.data["status"] = crate::support::objects::nova_503();
     let o = create_with_status(client, o, ns).await;
     api_for(client, &o, ns)
 }

@@ -20,6 +20,7 @@ mod initial_list;
 mod kube_watch;
 mod leader;
 mod listener;
+mod opt_out;
 mod otlp;
 mod provider_rules;
 mod rbac;

@@ -200,8 +200,7 @@ fn held_for_alert() -> BTreeMap<String, String> {
 }
 
 fn failing() -> Value {
-    json!({"ready": false, "instanceState": "BUILD", "failureReason": "CreateError",
-           "failureMessage": "Expected HTTP response code [202] when accessing [POST https://nova:8774/v2.1/servers], but got 503 instead"})
+    crate::support::objects::nova_503()
 }
 
 /// Neither failed nor paused.
@@ -244,6 +243,39 @@ async fn deliver(remedy: &Remedy, body: &Value, within: Duration) -> u32 {
             ),
         }
     }
+}
+
+/// The real alert (kind OpenStackMachine) fires, as Alertmanager sends it;
+/// waits until `n` machines of `api` are held for it.
+async fn fire(remedy: &Remedy, api: &Api<DynamicObject>, n: usize) {
+    let real = [alert_labels(ALERT, &[("kind", OSM)])];
+    deliver(
+        remedy,
+        &notification("firing", &real),
+        Duration::from_secs(10),
+    )
+    .await;
+    remedy
+        .until(
+            Duration::from_secs(20),
+            "held for the real alert",
+            || async { count(api, held).await == n },
+        )
+        .await;
+}
+
+/// The alert stops in Prometheus and Alertmanager sends resolved; returns
+/// how many 503s came before it was taken.
+async fn resolve(rig: &Rig, remedy: &Remedy) -> u32 {
+    rig.set_ratio(0.0);
+    rig.until_alerts(0).await;
+    let real = [alert_labels(ALERT, &[("kind", OSM)])];
+    deliver(
+        remedy,
+        &notification("resolved", &real),
+        Duration::from_secs(10),
+    )
+    .await
 }
 
 /// The episodes the replica's /status shows, as (kind matcher, episode).
@@ -493,20 +525,7 @@ async fn oversized_junk_is_shed_and_the_real_alert_still_gets_through() {
     let select =
         "{kind_label: kind, namespace_label: namespace, name_label: name, cluster_label: cluster}";
     let remedy = rig.serve(&[&rig.ns], select, FAST).await;
-    let real = [alert_labels(ALERT, &[("kind", OSM)])];
-    deliver(
-        &remedy,
-        &notification("firing", &real),
-        Duration::from_secs(10),
-    )
-    .await;
-    remedy
-        .until(
-            Duration::from_secs(20),
-            "held for the real alert",
-            || async { count(&api, held).await == 3 },
-        )
-        .await;
+    fire(&remedy, &api, 3).await;
     let long = |tag: &str, i: usize| format!("{tag}{i:04}{}", "x".repeat(245));
     let mut refused_503 = 0;
     for batch in 0..6 {
@@ -549,14 +568,7 @@ async fn oversized_junk_is_shed_and_the_real_alert_still_gets_through() {
     );
     assert_eq!(count(&api, held).await, 3, "no hold lost");
     // It resolves: the notification is taken within seconds and acted on.
-    rig.set_ratio(0.0);
-    rig.until_alerts(0).await;
-    let waited = deliver(
-        &remedy,
-        &notification("resolved", &real),
-        Duration::from_secs(10),
-    )
-    .await;
+    let waited = resolve(&rig, &remedy).await;
     remedy
         .until(Duration::from_secs(40), "remediated", || async {
             count(&api, remediated).await == 3
@@ -684,26 +696,8 @@ async fn a_verified_episode_waiting_on_the_backoff_is_not_pushed_out() {
     let remedy = rig
         .serve(&[&rig.ns], KIND_ONLY, "{base: 45s, cap: 45s, jitter: 0}")
         .await;
-    let real = [alert_labels(ALERT, &[("kind", OSM)])];
-    deliver(
-        &remedy,
-        &notification("firing", &real),
-        Duration::from_secs(10),
-    )
-    .await;
-    remedy
-        .until(Duration::from_secs(20), "held for the alert", || async {
-            count(&api, held).await == 5
-        })
-        .await;
-    rig.set_ratio(0.0);
-    rig.until_alerts(0).await;
-    deliver(
-        &remedy,
-        &notification("resolved", &real),
-        Duration::from_secs(10),
-    )
-    .await;
+    fire(&remedy, &api, 5).await;
+    resolve(&rig, &remedy).await;
     remedy
         .until(Duration::from_secs(20), "verified", || async {
             episodes(&remedy)

@@ -27,9 +27,7 @@ async fn breaker_holds_failing_resources_then_releases_them_gradually() {
     let ns = namespace(&client, "breaker").await;
     let base = sample("capo-openstackmachine-error.yaml");
     let healthy = json!({"ready": true, "instanceState": "ACTIVE"});
-    let failing = json!({"ready": false, "instanceState": "BUILD",
-        "failureReason": "CreateError",
-        "failureMessage": "Expected HTTP response code [202] when accessing [POST https://nova:8774/v2.1/servers], but got 503 instead"});
+    let failing = crate::support::objects::nova_503();
     let mut api = None;
     for i in 0..10 {
         let mut o = base.clone();

@@ -213,3 +213,10 @@ pub fn paused(o: &DynamicObject) -> bool {
         .as_ref()
         .is_some_and(|a| a.contains_key(remedy::model::profile::CAPI_PAUSED))
 }
+
+/// The status CAPO v0.14 leaves on an OpenStackMachine whose server create
+/// got a 503 from Nova: failed, transient by remedy's rules.
+pub fn nova_503() -> serde_json::Value {
+    serde_json::json!({"ready": false, "instanceState": "BUILD", "failureReason": "CreateError",
+        "failureMessage": "Expected HTTP response code [202] when accessing [POST https://nova:8774/v2.1/servers], but got 503 instead"})
+}
