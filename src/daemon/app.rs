@@ -333,6 +333,18 @@ struct StatusQuery {
     limit: Option<usize>,
 }
 
+/// Runs `f` every `period`, the first time one period from now (what it
+/// re-reads was just loaded), for as long as the process runs: the one loop
+/// behind every file remedy re-reads.
+async fn reload_every(period: Duration, mut f: impl FnMut()) {
+    let mut every = tokio::time::interval(period);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        f();
+    }
+}
+
 /// Re-reads the certificate files now and then: a renewed Secret is served
 /// without a restart, well before the old certificate expires. `seen` is the
 /// served certificate's validity as last reported.
@@ -342,15 +354,12 @@ async fn reload_certificates(
     period: Duration,
     mut seen: tls::Validity,
 ) {
-    let mut every = tokio::time::interval(period);
-    every.tick().await;
-    loop {
-        every.tick().await;
+    reload_every(period, move || {
         let result = match certs.reload() {
             Ok(false) => {
                 // The same certificate can still expire while served.
                 seen = check_certificate(&certs, &metrics, Some(seen));
-                continue;
+                return;
             }
             Ok(true) => {
                 tracing::info!("TLS certificate reloaded");
@@ -368,7 +377,8 @@ async fn reload_certificates(
             .tls_reloads
             .get_or_create(&crate::metrics::ResultLabels { result })
             .inc();
-    }
+    })
+    .await;
 }
 
 /// Sets the certificate gauges and warns when the served certificate is
@@ -410,12 +420,10 @@ fn check_certificate(
 /// token re-read it sooner (`TokenStore::check`); this loop covers a token
 /// no sender uses yet.
 async fn reload_token(tokens: Arc<TokenStore>, metrics: Arc<Metrics>, period: Duration) {
-    let mut every = tokio::time::interval(period);
-    every.tick().await;
-    loop {
-        every.tick().await;
-        webhook::record_reload(&metrics, &tokens.reload(), "interval");
-    }
+    reload_every(period, move || {
+        webhook::record_reload(&metrics, &tokens.reload(), "interval")
+    })
+    .await;
 }
 
 /// On SIGTERM: stop writing and hand the Lease back before the listener
