@@ -168,7 +168,7 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
             if let Some(api) = &record {
                 state = state.with_inbox(Inbox::start(
                     api.clone(),
-                    &cfg.alerts,
+                    crate::model::scope::AlertRules::new(cfg.alerts.clone()),
                     INBOX_INTERVAL,
                     &mut tasks,
                 ));

@@ -54,6 +54,36 @@ fn default_max_resources() -> usize {
     200
 }
 
+/// The configured alert rules, found by alert name (the config refuses a
+/// name twice). Cheap to clone: the engine and the webhook's inbox share
+/// one list.
+#[derive(Clone, Debug, Default)]
+pub struct AlertRules(std::sync::Arc<[AlertRule]>);
+
+impl AlertRules {
+    pub fn new(rules: Vec<AlertRule>) -> Self {
+        Self(rules.into())
+    }
+
+    /// The rule for `alertname`, if it is configured.
+    pub fn get(&self, alertname: &str) -> Option<&AlertRule> {
+        self.0.iter().find(|r| r.alertname == alertname)
+    }
+
+    /// Every configured alert name, in config order.
+    pub fn names(&self) -> Vec<&str> {
+        self.0.iter().map(|r| r.alertname.as_str()).collect()
+    }
+}
+
+impl std::ops::Deref for AlertRules {
+    type Target = [AlertRule];
+
+    fn deref(&self) -> &[AlertRule] {
+        &self.0
+    }
+}
+
 /// Resource label CAPI puts on every object of a workload cluster.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
@@ -218,5 +248,22 @@ mod tests {
         let s = Scope::from_alert(&r, &labels(&[]));
         assert!(s.matchers.is_empty());
         assert!(s.matches(&ResourceKey::new("Machine", "any", "m"), &view(&[])));
+    }
+
+    #[test]
+    fn alert_rules_are_found_by_name_in_config_order() {
+        let rule = |name: &str| AlertRule {
+            alertname: name.into(),
+            select: Selector::default(),
+            verify_query: None,
+            allow_cluster_wide: false,
+            max_resources: 7,
+        };
+        let rules = AlertRules::new(vec![rule("B"), rule("A")]);
+        assert_eq!(rules.names(), ["B", "A"]);
+        assert_eq!(rules.get("A").map(|r| r.max_resources), Some(7));
+        assert!(rules.get("C").is_none());
+        assert_eq!(rules.len(), 2, "a slice too");
+        assert!(AlertRules::default().names().is_empty());
     }
 }

@@ -4,8 +4,7 @@
 //! Concurrent deliveries are batched into one write, and writes are spaced
 //! by `min_interval`, so a burst of deliveries costs a few writes a second.
 
-use crate::config::AlertRule;
-use crate::model::scope::Scope;
+use crate::model::scope::{AlertRules, Scope};
 use crate::record::kube::RecordApi;
 use crate::record::{Record, RecordError};
 use crate::signals::{AlertEvent, AlertStatus};
@@ -30,7 +29,7 @@ struct Submission {
 
 #[derive(Clone)]
 pub struct Inbox {
-    alerts: Arc<[AlertRule]>,
+    alerts: AlertRules,
     tx: mpsc::Sender<Submission>,
 }
 
@@ -38,16 +37,13 @@ impl Inbox {
     /// Starts the writer task.
     pub fn start(
         api: Arc<RecordApi>,
-        alerts: &[AlertRule],
+        alerts: AlertRules,
         min_interval: Duration,
         tasks: &mut crate::supervise::Supervisor,
     ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         tasks.spawn("episode record writer", run(api, rx, min_interval));
-        Self {
-            alerts: alerts.into(),
-            tx,
-        }
+        Self { alerts, tx }
     }
 
     /// Makes `events` durable; `Ok` once they are in the record.
@@ -55,7 +51,7 @@ impl Inbox {
         let entries: Vec<Entry> = events
             .iter()
             .filter_map(|ev| {
-                let rule = self.alerts.iter().find(|a| a.alertname == ev.alertname)?;
+                let rule = self.alerts.get(&ev.alertname)?;
                 let scope = Scope::from_alert(rule, &ev.labels);
                 // It could select no object; the leader would refuse it
                 // (counted there as invalid_scope), so it takes no room.

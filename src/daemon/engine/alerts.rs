@@ -13,7 +13,7 @@ impl Engine {
     /// notification (see [`crate::decide::episodes`]) changes nothing and is
     /// counted and logged.
     pub fn handle(&self, ev: &AlertEvent) {
-        let Some(rule) = self.alerts.iter().find(|a| a.alertname == ev.alertname) else {
+        let Some(rule) = self.alerts.get(&ev.alertname) else {
             return;
         };
         let scope = Scope::from_alert(rule, &ev.labels);
@@ -77,7 +77,7 @@ impl Engine {
     /// changes nothing (the verifier counts and logs it) and is retried
     /// after `recovery::RETRY`.
     pub(super) async fn recover(&self, now: DateTime<Utc>) {
-        let names: Vec<&str> = self.alerts.iter().map(|a| a.alertname.as_str()).collect();
+        let names = self.alerts.names();
         let Some(v) = self.verifier.as_ref().filter(|_| !names.is_empty()) else {
             self.with_schedule(recovery::Schedule::not_needed);
             return;
@@ -195,8 +195,7 @@ impl Engine {
             }
             let verify_query = self
                 .alerts
-                .iter()
-                .find(|a| a.alertname == ep.alertname)
+                .get(&ep.alertname)
                 .and_then(|a| a.verify_query.clone());
             let result = match &self.verifier {
                 Some(v) => v

@@ -16,7 +16,7 @@ use crate::decide::{ALERT_PREFIX, Action, Context, Core, CoreConfig, Fact, Faili
 use crate::metrics::{EpisodeLabels, KindReasonLabels, Metrics, ScopeLabels};
 use crate::model::classify::Verdict;
 use crate::model::profile::{HoldRecord, Profile};
-use crate::model::scope::Scope;
+use crate::model::scope::{AlertRules, Scope};
 use crate::model::view::{PauseState, ResourceKey};
 use crate::record::kube::RecordApi;
 use crate::record::sync::Tracker;
@@ -70,7 +70,7 @@ pub struct Engine {
     verifier: Option<Arc<Verifier>>,
     leader: Leadership,
     metrics: Arc<Metrics>,
-    alerts: Vec<AlertRule>,
+    alerts: AlertRules,
     breaker_query: Option<String>,
     settle: Duration,
     controller_grace: Duration,
@@ -111,7 +111,7 @@ impl Engine {
             verifier,
             leader,
             metrics,
-            alerts: cfg.alerts.clone(),
+            alerts: AlertRules::new(cfg.alerts.clone()),
             breaker_query: cfg.breaker.query.clone(),
             settle: cfg.signals.settle,
             controller_grace: cfg.controller_grace,

@@ -312,8 +312,7 @@ impl Engine {
             crate::record::MAX_TARGETS.saturating_sub(crate::record::targets_held(&st.episodes));
         let max = |alert: &str| {
             self.alerts
-                .iter()
-                .find(|a| a.alertname == alert)
+                .get(alert)
                 .map_or(0, |a| a.max_resources.min(room))
         };
         let over = st.episodes.fix_targets(max, |scope, episode| {
@@ -367,11 +366,7 @@ impl Engine {
         });
         let mut over = HashSet::new();
         for s in firing {
-            let cap = self
-                .alerts
-                .iter()
-                .find(|a| a.alertname == s.alertname)
-                .map_or(0, |a| a.max_resources);
+            let cap = self.alerts.get(&s.alertname).map_or(0, |a| a.max_resources);
             let n = counts.get(&s).copied().unwrap_or(0);
             if n <= cap {
                 continue;

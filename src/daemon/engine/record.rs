@@ -58,11 +58,7 @@ impl Engine {
         }
         for n in fold {
             // An alert no longer configured: its notification is dropped.
-            if let Some(rule) = self
-                .alerts
-                .iter()
-                .find(|a| a.alertname == n.scope.alertname)
-            {
+            if let Some(rule) = self.alerts.get(&n.scope.alertname) {
                 self.notify(rule, &n.scope, n.firing, n.at, Evidence::Unproven);
             }
             {
