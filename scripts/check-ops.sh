@@ -5,7 +5,9 @@
 # needed. Exits non-zero if any check fails; every check runs regardless so
 # one run shows all problems.
 #
-# Tools: promtool and amtool (Debian: prometheus, prometheus-alertmanager),
+# Tools: promtool and amtool (testenv/prometheus.sh builds current ones;
+# Debian: prometheus, prometheus-alertmanager; PROMTOOL_LEGACY: a second
+# promtool that checks the rules and their unit tests too),
 # kubectl with kustomize v5, python3 with PyYAML. Override with PROMTOOL,
 # AMTOOL, KUBECTL, PYTHON; set REMEDY to also validate the configs with the binary,
 # and HELM to also lint and render the chart (deploy/helm/remedy) and compare it
@@ -54,10 +56,21 @@ fi
 [[ $missing == 0 ]] || exit 2
 
 # --- Prometheus rules -------------------------------------------------------
-check "promtool check rules alerts/remedy.rules.yml" \
-  "$PROMTOOL" check rules alerts/remedy.rules.yml
+# --lint=all --lint-fatal: promtool's own rule linter (pint, the rule linter
+# of the ecosystem, is not served here: testenv/linters.sh).
+check "promtool check rules --lint=all --lint-fatal alerts/remedy.rules.yml" \
+  "$PROMTOOL" check rules --lint=all --lint-fatal alerts/remedy.rules.yml
 check "promtool test rules alerts/tests/remedy.test.yml" \
   "$PROMTOOL" test rules alerts/tests/remedy.test.yml
+# Older installations: the same rules and unit tests with a second promtool
+# (scripts/test sets Debian's 2.42 here and Prometheus 3's as PROMTOOL).
+if [[ -n ${PROMTOOL_LEGACY:-} ]]; then
+  legacy=$("$PROMTOOL_LEGACY" --version 2>&1 | head -1)
+  check "$legacy: check rules alerts/remedy.rules.yml" \
+    "$PROMTOOL_LEGACY" check rules alerts/remedy.rules.yml
+  check "$legacy: test rules alerts/tests/remedy.test.yml" \
+    "$PROMTOOL_LEGACY" test rules alerts/tests/remedy.test.yml
+fi
 check "gen-alerts.py --check (alerts/remedy.rules.yml rendered from its template)" \
   "$PYTHON" scripts/gen-alerts.py --check
 # Another selector (mixin-style) must render rules promtool accepts.
@@ -154,7 +167,7 @@ check "gen-dashboard-manifests.py --check (deploy/grafana up to date)" \
 # Every Kustomization under deploy/ must render; Components only render
 # through an overlay that includes them.
 render_dir=$(mktemp -d)
-trap 'rm -f "$log" "$log.rules.yml"; rm -rf "$render_dir"' EXIT
+trap 'rm -f "$log" "$log".*; rm -rf "$render_dir"' EXIT
 while IFS= read -r k; do
   dir=$(dirname "$k")
   grep -q '^kind: Component' "$k" && continue
@@ -484,6 +497,12 @@ if [[ -n ${HELM:-} ]]; then
     --set admissionPolicy.enabled=false --set replicas=1
     --set podDisruptionBudget.enabled=false --set podAntiAffinity=none)
   check "helm lint $chart" "$HELM" lint --strict "$chart"
+  # Helm 4 lints too (HELM4, scripts/test sets it), with the same switches.
+  if [[ -n ${HELM4:-} ]]; then
+    check "helm 4 lint $chart" "$HELM4" lint --strict "$chart"
+    check "helm 4 lint $chart (switches flipped)" "$HELM4" lint --strict "$chart" "${all_on[@]}"
+    check "helm 4 lint $chart (switches off)" "$HELM4" lint --strict "$chart" "${all_off[@]}"
+  fi
   check "helm lint $chart (TLS, labels, existing Secret, 3 replicas, hard anti-affinity, episode record)" "$HELM" lint --strict "$chart" "${all_on[@]}"
   check "helm lint $chart (operator objects, NetworkPolicy, PDB, leader election off, 1 replica)" "$HELM" lint --strict "$chart" "${all_off[@]}"
   check "helm template $chart refuses 2 replicas without leader election" \
@@ -614,6 +633,27 @@ sys.exit(1 if errors else 0)
 PY
 else
   echo "skip helm lint/template (set HELM to a helm binary)"
+fi
+
+# --- kubeconform ---------------------------------------------------------------
+# Every rendered manifest (each overlay, the chart with its switches) against
+# the schemas of the Kubernetes release the test cluster runs and of the CRDs
+# it installs, strictly: an unknown field or a kind without a schema is a
+# finding. KUBECONFORM and KUBE_SCHEMAS come from testenv/linters.sh
+# (scripts/test sets them).
+if [[ -n ${KUBECONFORM:-} ]]; then
+  check "kubeconform -strict ($(ls "$render_dir" | wc -l) rendered manifests, schemas of Kubernetes $(basename "$(go -C testenv list -m -f '{{.Dir}}' k8s.io/kubernetes 2>/dev/null || echo unknown)"))" \
+    "$KUBECONFORM" -strict -summary -output text \
+    -schema-location "$KUBE_SCHEMAS/{{ .ResourceKind }}_{{ .Group }}_{{ .ResourceAPIVersion }}.json" \
+    "$render_dir"
+  # The check can fail: a misspelt field and a kind without a schema are findings.
+  printf 'apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replicaz: 1}\n---\napiVersion: example.com/v1\nkind: Unknown\nmetadata: {name: y}\n' >"$log.bad.yaml"
+  check "kubeconform -strict refuses a misspelt field and an unknown kind" \
+    sh -c '! "$1" -strict -output text -schema-location "$2/{{ .ResourceKind }}_{{ .Group }}_{{ .ResourceAPIVersion }}.json" "$3" >"$3.out" 2>&1 &&
+      grep -q "additional properties .replicaz. not allowed" "$3.out" && grep -q "could not find schema for Unknown" "$3.out" || { cat "$3.out"; exit 1; }' \
+    _ "$KUBECONFORM" "$KUBE_SCHEMAS" "$log.bad.yaml"
+else
+  echo "skip kubeconform (set KUBECONFORM and KUBE_SCHEMAS, see testenv/linters.sh)"
 fi
 
 # Optional: validate both config.yaml files with the real binary when one is

@@ -3,7 +3,9 @@
 //! Prometheus, and counters with known labels present at 0 from the start.
 
 use crate::support::objects::{create_with_status, sample};
-use crate::support::procs::require_binary;
+use crate::support::procs::{
+    free_port, prom_query, promtool_bin, require_binary, start_prometheus_at,
+};
 use crate::support::{Remedy, TestCluster, eventually, namespace};
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -29,7 +31,7 @@ async fn scrape(url: &str, accept: Option<&str>) -> (String, String) {
 }
 
 fn promtool_check_metrics(text: &str) -> (bool, String) {
-    let mut child = Command::new("/usr/bin/promtool")
+    let mut child = Command::new(promtool_bin())
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -53,7 +55,7 @@ fn promtool_check_metrics(text: &str) -> (bool, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn text_004_passes_promtool_and_prometheus_gets_openmetrics() {
-    require_binary("/usr/bin/promtool", "prometheus");
+    require_binary(&promtool_bin(), "run `bash testenv/prometheus.sh`");
     let cluster = TestCluster::shared();
     let client = cluster.client().await;
     let ns = namespace(&client, "expo").await;
@@ -97,4 +99,93 @@ async fn text_004_passes_promtool_and_prometheus_gets_openmetrics() {
     ] {
         assert!(text.lines().any(|l| l == series), "{series} in\n{text}");
     }
+}
+
+/// The real Prometheus (3.x; 2.42 in scripts/test's second run) scraping
+/// remedy: the `Accept` header it really sends gets OpenMetrics, and it
+/// stores remedy's series from that body. Prometheus 3 changed the header
+/// (scrape protocol negotiation) and fails a scrape whose Content-Type it
+/// cannot read, so the header is recorded from the real server, not copied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_prometheus_gets_openmetrics_and_stores_remedy_series() {
+    use remedy::metrics::Format;
+    use std::sync::{Arc, Mutex};
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "expo-prom").await;
+    let remedy = Remedy::serve(
+        cluster,
+        &format!(
+            "namespaces: [{ns}]\nprofiles: [azure-machine]\ntick: 500ms\nleader_election: {{enabled: false}}\ndry_run: true\n"
+        ),
+    );
+    remedy.wait_ready().await;
+    let remedy_target = remedy.url.trim_start_matches("http://").to_string();
+
+    // A target that records what Prometheus asks for.
+    let accepts: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = accepts.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let recorder = listener.local_addr().expect("addr").port();
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move |headers: axum::http::HeaderMap| {
+            if let Some(a) = headers.get("accept").and_then(|v| v.to_str().ok()) {
+                seen.lock().expect("lock").push(a.to_string());
+            }
+            async { ([("content-type", "text/plain; version=0.0.4")], "probe 1\n") }
+        }),
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+
+    let prom = start_prometheus_at(
+        free_port(),
+        &format!(
+            "global: {{scrape_interval: 1s}}\nscrape_configs:\n\
+             \x20 - {{job_name: remedy, static_configs: [{{targets: ['{remedy_target}']}}]}}\n\
+             \x20 - {{job_name: recorder, static_configs: [{{targets: ['127.0.0.1:{recorder}']}}]}}\n"
+        ),
+        &[],
+    )
+    .await;
+    // Each target is scraped at its own offset in the interval: wait for
+    // both, not for remedy's series alone.
+    let accept = eventually(
+        Duration::from_secs(30),
+        "Prometheus stores remedy's series",
+        || {
+            let base = prom.base.clone();
+            let accept = accepts.lock().expect("lock").first().cloned();
+            async move {
+                let up = prom_query(&base, r#"up{job="remedy"} == 1"#).await;
+                let counter = prom_query(
+                    &base,
+                    r#"remedy_actions_total{job="remedy",action="hold",result="error"}"#,
+                )
+                .await;
+                (!up.is_empty() && !counter.is_empty())
+                    .then_some(accept)
+                    .flatten()
+            }
+        },
+    )
+    .await;
+    eprintln!("Prometheus sends Accept: {accept}");
+    assert_eq!(
+        Format::negotiate(Some(&accept)),
+        Format::OpenMetrics,
+        "{accept}"
+    );
+    let (ct, om) = scrape(&remedy.url, Some(&accept)).await;
+    assert!(ct.starts_with("application/openmetrics-text"), "{ct}");
+    let tail = &om[om.len().saturating_sub(300)..];
+    assert!(
+        om.ends_with("# EOF\n"),
+        "{} bytes, ending:\n{tail}",
+        om.len()
+    );
 }

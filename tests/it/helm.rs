@@ -9,19 +9,50 @@ use crate::support::TestCluster;
 use crate::support::repo;
 use kube::api::DynamicObject;
 use kube::discovery::Discovery;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// `HELM`, else `.tools/helm` (scripts/lib/install.sh builds it there), else PATH.
+/// `HELM` (Helm 3), else `testenv/bin/helm` (scripts/lib/install.sh links it
+/// there), else PATH.
 pub fn helm() -> PathBuf {
-    if let Some(h) = std::env::var_os("HELM") {
+    helm_binary("HELM", "helm")
+}
+
+/// `HELM4`, else `testenv/bin/helm4`.
+fn helm4() -> PathBuf {
+    helm_binary("HELM4", "helm4")
+}
+
+fn helm_binary(var: &str, name: &str) -> PathBuf {
+    if let Some(h) = std::env::var_os(var) {
         return h.into();
     }
-    let local = repo().join(".tools/helm");
+    let local = repo().join("testenv/bin").join(name);
     if local.is_file() {
         return local;
     }
-    "helm".into()
+    name.into()
+}
+
+/// Runs helm; panics with its output unless it succeeds.
+fn run_helm(bin: &Path, args: &[&str]) -> String {
+    let out = Command::new(bin)
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{} ({e}): run `source scripts/lib/install.sh` or set HELM/HELM4",
+                bin.display()
+            )
+        });
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{} {args:?}:\n{said}", bin.display());
+    said
 }
 
 /// `helm template RELEASE deploy/helm/remedy -n NAMESPACE ARGS...`, parsed.
@@ -33,7 +64,7 @@ pub fn render_chart(release: &str, namespace: &str, args: &[&str]) -> Vec<Dynami
         .output()
         .unwrap_or_else(|e| {
             panic!(
-                "helm not found ({e}): run `source scripts/lib/install.sh` (builds .tools/helm) or set HELM"
+                "helm not found ({e}): run `source scripts/lib/install.sh` (links testenv/bin/helm) or set HELM"
             )
         });
     assert!(
@@ -104,6 +135,106 @@ async fn the_chart_passes_a_server_side_dry_run() {
             has("Certificate"),
             what == "TLS and labels",
             "{what}: {kinds:?}"
+        );
+    }
+}
+
+/// `helm install` and `helm uninstall` for real, with Helm 3 and with Helm 4
+/// (which applies server-side by default), into the real apiserver: every
+/// object of the chart is created as that Helm version sends it, and all of
+/// them are gone after the uninstall.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_installs_and_uninstalls_with_helm_3_and_helm_4() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    use kube::Api;
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let kubeconfig = cluster.kubeconfig.display().to_string();
+    // One after the other: the admission policy is cluster-wide, one name.
+    for (major, bin) in [("3", helm()), ("4", helm4())] {
+        let version = run_helm(&bin, &["version", "--short"]);
+        assert!(
+            version.trim_start().starts_with(&format!("v{major}.")),
+            "{} is {version}, not Helm {major}",
+            bin.display()
+        );
+        let ns = crate::support::namespace(&client, &format!("helm{major}")).await;
+        let release = format!("remedy-h{major}");
+        let said = run_helm(
+            &bin,
+            &[
+                "install",
+                &release,
+                "deploy/helm/remedy",
+                "-n",
+                &ns,
+                "--kubeconfig",
+                &kubeconfig,
+            ],
+        );
+        assert!(
+            said.contains("STATUS: deployed"),
+            "helm {major} install:\n{said}"
+        );
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+        let d = deployments
+            .get(&release)
+            .await
+            .unwrap_or_else(|e| panic!("helm {major}: no Deployment {release} in {ns}: {e}"));
+        assert_eq!(d.spec.and_then(|s| s.replicas), Some(2), "helm {major}");
+        let roles: Api<ClusterRole> = Api::all(client.clone());
+        assert!(
+            roles.get_opt(&release).await.expect("get").is_some(),
+            "helm {major}: ClusterRole"
+        );
+        // Helm 4 applies server-side: the fields are owned through an Apply
+        // entry; Helm 3 creates (Update).
+        let managers: Vec<String> = d
+            .metadata
+            .managed_fields
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| {
+                format!(
+                    "{}/{}",
+                    m.manager.unwrap_or_default(),
+                    m.operation.unwrap_or_default()
+                )
+            })
+            .collect();
+        eprintln!("helm {major}: {} managed by {managers:?}", version.trim());
+        let want = if major == "4" {
+            "helm/Apply"
+        } else {
+            "helm/Update"
+        };
+        assert!(
+            managers.iter().any(|m| m == want),
+            "helm {major}: {managers:?}, not {want}"
+        );
+        let listed = run_helm(&bin, &["list", "-n", &ns, "--kubeconfig", &kubeconfig]);
+        assert!(listed.contains(&release), "helm {major} list:\n{listed}");
+
+        run_helm(
+            &bin,
+            &[
+                "uninstall",
+                &release,
+                "-n",
+                &ns,
+                "--kubeconfig",
+                &kubeconfig,
+                "--wait",
+            ],
+        );
+        assert!(
+            deployments.get_opt(&release).await.expect("get").is_none(),
+            "helm {major}: Deployment left"
+        );
+        assert!(
+            roles.get_opt(&release).await.expect("get").is_none(),
+            "helm {major}: ClusterRole left"
         );
     }
 }

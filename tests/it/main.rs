@@ -31,6 +31,7 @@ mod signals_auth;
 mod signals_verify;
 mod signals_webhook;
 mod stack;
+mod stack_versions;
 mod status_subresource;
 mod supervision;
 mod support;

@@ -1,9 +1,10 @@
-//! Signal sources behind auth (#13): a real Prometheus 2.42 serving HTTPS
+//! Signal sources behind auth (#13): a real Prometheus (3.x; 2.42 in the
+//! legacy run of scripts/test) serving HTTPS
 //! with basic auth (`--web.config.file`), reached with a private CA, a
 //! password file and a tenant header; a rotated password file is used at
 //! once; wrong credentials are an error, never "cleared".
 
-use crate::support::procs::{PROMETHEUS_BIN, free_port, spawn};
+use crate::support::procs::{free_port, prometheus_bin, spawn};
 use remedy::config::{BasicAuth, SignalsConfig, SourceClient};
 use remedy::metrics::Metrics;
 use remedy::signals::Verifier;
@@ -16,7 +17,8 @@ const HASH: &str = "$2a$10$hARBgmCfT5er/QtiNLiIqOviF75v8t4AE6u//mOATpVlPXRUHieWy
 
 #[tokio::test]
 async fn prometheus_behind_tls_and_basic_auth() {
-    crate::support::procs::require_binary(PROMETHEUS_BIN, "prometheus");
+    let bin = prometheus_bin();
+    crate::support::procs::require_binary(&bin, "run `bash testenv/prometheus.sh`");
     let dir = tempfile::tempdir().expect("tmp");
     let ca_key = rcgen::KeyPair::generate().expect("ca key");
     let mut ca_params = rcgen::CertificateParams::new(Vec::new()).expect("ca params");
@@ -54,7 +56,7 @@ async fn prometheus_behind_tls_and_basic_auth() {
         format!("--web.listen-address=127.0.0.1:{port}"),
         format!("--web.config.file={}", p("web.yml").display()),
     ];
-    let _prom = spawn("prometheus", PROMETHEUS_BIN, port, data, &args);
+    let _prom = spawn("prometheus", &bin, port, data, &args);
 
     let verifier = |client: SourceClient| {
         let metrics = Arc::new(Metrics::new(10));

@@ -15,7 +15,7 @@
 #[path = "../../examples/fault/injector.rs"]
 mod injector;
 
-use crate::support::procs::{start_alertmanager_at, start_prometheus_at};
+use crate::support::procs::{prom_query as prom, start_alertmanager_at, start_prometheus_at};
 use crate::support::{Remedy, TestCluster, eventually, free_port, namespace, repo, sample};
 use injector::{FleetSpec, Injector, Kind, Target, has_failure, is_paused};
 use kube::ResourceExt;
@@ -72,23 +72,6 @@ impl Drop for Lines {
             eprintln!("--- fault injector ---\n{}", v.join("\n"));
         }
     }
-}
-
-async fn prom(base: &str, query: &str) -> Vec<Value> {
-    let answer: Value = reqwest::Client::new()
-        .post(format!("{base}/api/v1/query"))
-        .form(&[("query", query)])
-        .send()
-        .await
-        .expect("query Prometheus")
-        .json()
-        .await
-        .expect("Prometheus JSON");
-    assert_eq!(answer["status"], "success", "{query}: {answer}");
-    answer["data"]["result"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
 }
 
 /// `kind` label values of a Prometheus result.

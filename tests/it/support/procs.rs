@@ -8,18 +8,38 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-pub const ALERTMANAGER_BIN: &str = "/usr/bin/prometheus-alertmanager";
-pub const PROMETHEUS_BIN: &str = "/usr/bin/prometheus";
+/// The Prometheus the signal tests run: 3.x built by `testenv/prometheus.sh`,
+/// or what `REMEDY_PROMETHEUS` names (scripts/test sets Debian's 2.42 for
+/// one more run of the signal tests).
+pub fn prometheus_bin() -> String {
+    stack_bin("REMEDY_PROMETHEUS", "prometheus")
+}
+
+/// As [`prometheus_bin`]: Alertmanager 0.3x, or `REMEDY_ALERTMANAGER`.
+pub fn alertmanager_bin() -> String {
+    stack_bin("REMEDY_ALERTMANAGER", "alertmanager")
+}
+
+/// As [`prometheus_bin`]: the promtool of the same release, or `REMEDY_PROMTOOL`.
+pub fn promtool_bin() -> String {
+    stack_bin("REMEDY_PROMTOOL", "promtool")
+}
+
+fn stack_bin(var: &str, name: &str) -> String {
+    std::env::var(var)
+        .unwrap_or_else(|_| format!("{}/testenv/bin/{name}", env!("CARGO_MANIFEST_DIR")))
+}
 
 /// Fails (never skips) when a binary is missing: a skipped test would hide
 /// that nothing was verified against the real thing.
-pub fn require_binary(path: &str, package: &str) {
+pub fn require_binary(path: &str, how: &str) {
     assert!(
         Path::new(path).is_file(),
-        "{path} not found: install the Debian package `{package}` \
-         (apt-get install -y {package}); this test needs the real binary"
+        "{path} not found: {how}; this test needs the real binary"
     );
 }
+
+const BUILD_STACK: &str = "run `bash testenv/prometheus.sh` (Debian's: apt-get install prometheus prometheus-alertmanager)";
 
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -121,7 +141,7 @@ pub fn spawn(
     }
 }
 
-/// Real Alertmanager 0.25 with `config` (YAML), clustering off so parallel
+/// Real Alertmanager ([`alertmanager_bin`]) with `config` (YAML), clustering off so parallel
 /// tests do not gossip with each other.
 pub async fn start_alertmanager(config: &str) -> Proc {
     start_alertmanager_at(free_port(), config).await
@@ -130,7 +150,8 @@ pub async fn start_alertmanager(config: &str) -> Proc {
 /// As [`start_alertmanager`], on a port chosen beforehand (when the port must
 /// be written into another component's config first).
 pub async fn start_alertmanager_at(port: u16, config: &str) -> Proc {
-    require_binary(ALERTMANAGER_BIN, "prometheus-alertmanager");
+    let bin = alertmanager_bin();
+    require_binary(&bin, BUILD_STACK);
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("alertmanager.yml");
     std::fs::write(&cfg, config).expect("write config");
@@ -141,15 +162,16 @@ pub async fn start_alertmanager_at(port: u16, config: &str) -> Proc {
         "--cluster.listen-address=".to_string(),
         "--log.level=debug".to_string(),
     ];
-    let mut p = spawn("alertmanager", ALERTMANAGER_BIN, port, dir, &args);
+    let mut p = spawn("alertmanager", &bin, port, dir, &args);
     p.wait_ready().await;
     p
 }
 
-/// Real Prometheus 2.42 with `config` (YAML); `files` are written beside it
+/// Real Prometheus ([`prometheus_bin`]) with `config` (YAML); `files` are written beside it
 /// first and `{dir}` in the config is replaced by their folder.
 pub async fn start_prometheus_at(port: u16, config: &str, files: &[(&str, &str)]) -> Proc {
-    require_binary(PROMETHEUS_BIN, "prometheus");
+    let bin = prometheus_bin();
+    require_binary(&bin, BUILD_STACK);
     let dir = tempfile::tempdir().expect("tempdir");
     for (name, text) in files {
         std::fs::write(dir.path().join(name), text).expect("write file");
@@ -162,7 +184,7 @@ pub async fn start_prometheus_at(port: u16, config: &str, files: &[(&str, &str)]
         format!("--storage.tsdb.path={}", dir.path().join("data").display()),
         format!("--web.listen-address=127.0.0.1:{port}"),
     ];
-    let mut p = spawn("prometheus", PROMETHEUS_BIN, port, dir, &args);
+    let mut p = spawn("prometheus", &bin, port, dir, &args);
     p.wait_ready().await;
     p
 }
@@ -238,4 +260,22 @@ pub fn alerting_prometheus(am_port: u16, jobs: &[(&str, &str)]) -> String {
         ));
     }
     cfg
+}
+
+/// An instant query; the result vector (panics unless Prometheus says success).
+pub async fn prom_query(base: &str, query: &str) -> Vec<serde_json::Value> {
+    let answer: serde_json::Value = reqwest::Client::new()
+        .post(format!("{base}/api/v1/query"))
+        .form(&[("query", query)])
+        .send()
+        .await
+        .expect("query Prometheus")
+        .json()
+        .await
+        .expect("Prometheus JSON");
+    assert_eq!(answer["status"], "success", "{query}: {answer}");
+    answer["data"]["result"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }
