@@ -112,8 +112,19 @@ impl SignalError {
     }
 }
 
-/// Prometheus 2.x / Alertmanager 0.25 label names (UTF-8 names came later).
+/// A label name as Prometheus 3 and Alertmanager 0.28+ accept it: any
+/// non-empty UTF-8 string (`k8s.namespace.name` from OpenTelemetry, for
+/// one). Refusing the others would refuse a whole notification for one
+/// label. Names outside [`legacy_label_name`] are quoted in PromQL and in
+/// Alertmanager matchers, which 2.x and 0.25 cannot parse; they never send
+/// such names either.
 pub fn valid_label_name(name: &str) -> bool {
+    !name.is_empty()
+}
+
+/// Prometheus 2.x / Alertmanager 0.25 label names, `[a-zA-Z_][a-zA-Z0-9_]*`:
+/// written bare in PromQL and matchers, so older servers read them too.
+pub fn legacy_label_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -124,12 +135,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn label_names_follow_prometheus_2() {
+    fn label_names_are_utf8_and_the_legacy_ones_are_told_apart() {
         for ok in ["a", "_", "alertname", "A_1", "_x9"] {
             assert!(valid_label_name(ok), "{ok}");
+            assert!(legacy_label_name(ok), "{ok}");
         }
-        for bad in ["", "1a", "a-b", "a.b", "a b", "é", "a\"", "a}", "a=b"] {
-            assert!(!valid_label_name(bad), "{bad:?}");
+        for utf8 in [
+            "1a",
+            "a-b",
+            "k8s.namespace.name",
+            "a b",
+            "é",
+            "a\"",
+            "a}",
+            "a=b",
+        ] {
+            assert!(valid_label_name(utf8), "{utf8:?}");
+            assert!(!legacy_label_name(utf8), "{utf8:?}");
         }
+        assert!(!valid_label_name(""));
+        assert!(!legacy_label_name(""));
     }
 }

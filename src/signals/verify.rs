@@ -4,7 +4,7 @@
 //! doubt (unreachable, slow, odd answer) is an error, never "cleared".
 
 use super::client::SourceHttp;
-use super::{ALERTMANAGER, PROMETHEUS, SignalError, valid_label_name};
+use super::{ALERTMANAGER, PROMETHEUS, SignalError, legacy_label_name, valid_label_name};
 use crate::config::SignalsConfig;
 use crate::metrics::Metrics;
 use chrono::{DateTime, Utc};
@@ -122,7 +122,7 @@ pub fn am_quote(v: &str) -> String {
     out
 }
 
-/// Checks names (they cannot be quoted) and drops a redundant `alertname`.
+/// Checks names and drops a redundant `alertname`.
 /// A conflicting `alertname` or an `alertstate` would make the query match
 /// nothing, which would read as "cleared": refuse instead.
 fn checked_matchers<'a>(
@@ -163,7 +163,7 @@ pub fn alerts_query(
         promql_quote(alertname)
     );
     for (k, v) in checked_matchers(alertname, matchers)? {
-        let _ = write!(q, ",{k}={}", promql_quote(v));
+        let _ = write!(q, ",{}={}", label_name(k, promql_quote), promql_quote(v));
     }
     q.push('}');
     Ok(q)
@@ -236,6 +236,17 @@ fn firing_label_sets(
         .collect()
 }
 
+/// A label name in a selector: bare when Prometheus 2.x / Alertmanager 0.25
+/// can read it, else quoted as Prometheus 3 (`{"k8s.pod.name"="x"}`) and
+/// Alertmanager 0.28+ matchers write UTF-8 names.
+fn label_name(name: &str, quote: fn(&str) -> String) -> String {
+    if legacy_label_name(name) {
+        name.to_string()
+    } else {
+        quote(name)
+    }
+}
+
 /// Alertmanager v2 `filter` parameters: `alertname="X"` then each matcher.
 pub fn am_filters(
     alertname: &str,
@@ -243,7 +254,7 @@ pub fn am_filters(
 ) -> Result<Vec<String>, SignalError> {
     let mut out = vec![format!("alertname={}", am_quote(alertname))];
     for (k, v) in checked_matchers(alertname, matchers)? {
-        out.push(format!("{k}={}", am_quote(v)));
+        out.push(format!("{}={}", label_name(k, am_quote), am_quote(v)));
     }
     Ok(out)
 }
@@ -844,10 +855,29 @@ mod tests {
     }
 
     #[test]
+    fn utf8_label_names_are_quoted_so_they_cannot_break_out() {
+        let labels = m(&[("k8s.namespace.name", "ns"), ("a}or{b", "v"), ("zone", "z")]);
+        assert_eq!(
+            alerts_query("X", &labels).expect("query"),
+            r#"ALERTS{alertname="X",alertstate=~"firing|pending","a}or{b"="v","k8s.namespace.name"="ns",zone="z"}"#
+        );
+        assert_eq!(
+            am_filters("X", &labels).expect("filters"),
+            vec![
+                r#"alertname="X""#,
+                r#""a}or{b"="v""#,
+                r#""k8s.namespace.name"="ns""#,
+                r#"zone="z""#
+            ]
+        );
+        let q = alerts_query("X", &m(&[("quo\"te", "v")])).expect("query");
+        assert!(q.ends_with(r#","quo\"te"="v"}"#), "{q}");
+    }
+
+    #[test]
     fn refuses_matchers_that_would_fake_clearance() {
         for bad in [
-            m(&[("bad-name", "v")]),
-            m(&[("a}or{b", "v")]),
+            m(&[("", "v")]),
             m(&[("alertname", "Other")]),
             m(&[("alertstate", "pending")]),
         ] {

@@ -1052,8 +1052,12 @@ mod tests {
         assert!(invalid(&body).contains("longer than 1024 bytes"));
         let body = with(|v| v["alerts"][0]["labels"][long.as_str()] = "v".into());
         assert!(invalid(&body).contains("longer than 1024 bytes"));
-        let body = with(|v| v["alerts"][0]["labels"]["bad-name"] = "v".into());
-        assert!(invalid(&body).contains("invalid label name \"bad-name\""));
+        let body = with(|v| v["alerts"][0]["labels"][""] = "v".into());
+        assert!(invalid(&body).contains("invalid label name \"\""));
+        // Prometheus 3 sends UTF-8 names (OpenTelemetry attributes); one
+        // such label must not refuse the whole notification.
+        let body = with(|v| v["alerts"][0]["labels"]["k8s.namespace.name"] = "ns".into());
+        assert!(parse(&body).is_ok());
         let body = with(|v| {
             for i in 0..=MAX_LABELS {
                 v["alerts"][0]["labels"][format!("l{i}")] = "v".into();

@@ -176,9 +176,9 @@ async fn prometheus_alerts_decide_clearance() {
         .expect_err("a scalar proves nothing");
     assert_eq!(e.label(), "malformed");
     let e = v
-        .cleared("TestNeverFiring", &labels(&[("bad-name", "x")]), None)
+        .cleared("TestNeverFiring", &labels(&[("", "x")]), None)
         .await
-        .expect_err("invalid name");
+        .expect_err("an empty name is no label name");
     assert_eq!(e.label(), "invalid_input");
 
     assert_eq!(v.query_scalar("vector(0.25)").await.expect("q"), Some(0.25));

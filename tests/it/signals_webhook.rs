@@ -1,5 +1,6 @@
 //! The Alertmanager webhook over real HTTP: the router served on a loopback
-//! port, driven by reqwest and by a real Alertmanager 0.25.
+//! port, driven by reqwest and by a real Alertmanager (0.3x; 0.25 in
+//! scripts/test's second run).
 
 use crate::support::procs::{push_alerts, start_alertmanager};
 use remedy::metrics::Metrics;
@@ -10,12 +11,13 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-const TOKEN: &str = "t0ken-for-tests";
+pub(crate) const TOKEN: &str = "t0ken-for-tests";
 const MAX_BODY: usize = 64 * 1024;
 
-struct Server {
+/// remedy's webhook router on a loopback port (shared with utf8_labels.rs).
+pub(crate) struct Server {
     url: String,
-    rx: mpsc::Receiver<AlertEvent>,
+    pub(crate) rx: mpsc::Receiver<AlertEvent>,
     metrics: Arc<Metrics>,
 }
 
@@ -29,7 +31,7 @@ impl Server {
         )
     }
 
-    fn start_on(listener: tokio::net::TcpListener, queue: usize) -> Self {
+    pub(crate) fn start_on(listener: tokio::net::TcpListener, queue: usize) -> Self {
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = mpsc::channel(queue);
         let metrics = Arc::new(Metrics::new(10));
@@ -66,7 +68,7 @@ impl Server {
     }
 
     /// `remedy_webhook_notifications_total` for one label pair (0 if absent).
-    fn count(&self, status: &str, result: &str) -> f64 {
+    pub(crate) fn count(&self, status: &str, result: &str) -> f64 {
         let text = self.metrics.encode().expect("encode");
         let series = format!(
             r#"remedy_webhook_notifications_total{{status="{status}",result="{result}"}} "#
