@@ -538,8 +538,12 @@ def same(what, a, b):
 # The chart leaves the namespace to `helm install --create-namespace` and
 # creates the token Secret, which kustomize leaves to the user.
 same("kinds", sorted(d["kind"] for d in k if d["kind"] != "Namespace"), sorted(d["kind"] for d in h if d["kind"] != "Secret"))
-for kind in ("ClusterRole", "Role"):
-    same(f"{kind} rules", one(k, kind)["rules"], one(h, kind)["rules"])
+same("ClusterRole rules", one(k, "ClusterRole")["rules"], one(h, "ClusterRole")["rules"])
+# The Roles (leader election, pause switch), matched by what they are for:
+# the chart prefixes the release's name.
+def roles(docs, prefix):
+    return {d["metadata"]["name"].removeprefix(prefix): d["rules"] for d in docs if d["kind"] == "Role"}
+same("Role rules", roles(k, "remedy-"), roles(h, "remedy-"))
 kd, hd = one(k, "Deployment"), one(h, "Deployment")
 kc, hc = container(k), container(h)
 for key in ("args", "ports", "securityContext", "resources", "env"):
@@ -610,7 +614,7 @@ if req != [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLab
     errors.append(f"podAntiAffinity=hard: required anti-affinity {req}")
 one(on, "PodDisruptionBudget")
 # A renamed episode record: the Role and the admission policy follow it.
-rules = one(on, "Role")["rules"]
+rules = next(d for d in on if d["kind"] == "Role" and d["metadata"]["name"].endswith("-leader-election"))["rules"]
 if not any(r.get("resources") == ["configmaps"] and r.get("resourceNames") == ["my-episodes"]
            and r.get("verbs") == ["get", "update", "patch"] for r in rules):
     errors.append(f"episode_record=my-episodes: not the Role's ConfigMap resourceNames: {rules}")
@@ -620,7 +624,10 @@ if not any(r.get("resources") == ["configmaps"] and r.get("resourceNames") == ["
 if cfg(on)["leader_election"].get("episode_record") != "my-episodes":
     errors.append("episode_record=my-episodes: not in the ConfigMap's config.yaml")
 # Switches off.
-gone = {d["kind"] for d in off} & {"ServiceMonitor", "PrometheusRule", "NetworkPolicy", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PodDisruptionBudget"}
+# The pause switch does not depend on leader election: its Role stays.
+if not any(d["kind"] == "Role" and d["metadata"]["name"].endswith("-pause-switch") for d in off):
+    errors.append("leader election off: the pause switch Role is gone")
+gone = {d["kind"] for d in off if not d["metadata"]["name"].endswith("-pause-switch")} & {"ServiceMonitor", "PrometheusRule", "NetworkPolicy", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PodDisruptionBudget"}
 if gone:
     errors.append(f"switched off, still rendered: {sorted(gone)}")
 d = one(off, "Deployment")

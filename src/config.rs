@@ -358,6 +358,27 @@ impl Default for LeaderConfig {
     }
 }
 
+/// The pause switch (`remedy pause`): a ConfigMap every replica reads at
+/// every tick; while its `paused` key is "true", remedy writes nothing to
+/// the resources it watches (`daemon::pause`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PauseSwitchConfig {
+    /// Where the ConfigMap is: remedy's own namespace, as the Lease.
+    pub namespace: String,
+    /// Its name; "" turns the switch off (nothing is read).
+    pub configmap: String,
+}
+
+impl Default for PauseSwitchConfig {
+    fn default() -> Self {
+        Self {
+            namespace: "remedy-system".into(),
+            configmap: "remedy-pause".into(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClassificationConfig {
@@ -394,6 +415,7 @@ pub struct Config {
     pub signals: SignalsConfig,
     pub alerts: Vec<AlertRule>,
     pub leader_election: LeaderConfig,
+    pub pause_switch: PauseSwitchConfig,
     pub classification: ClassificationConfig,
     /// Upper bound on per-resource metric series (per family).
     pub max_resource_series: usize,
@@ -430,6 +452,7 @@ impl Default for Config {
             signals: SignalsConfig::default(),
             alerts: Vec::new(),
             leader_election: LeaderConfig::default(),
+            pause_switch: PauseSwitchConfig::default(),
             classification: ClassificationConfig::default(),
             max_resource_series: 10_000,
             tick: Duration::from_secs(5),
@@ -650,6 +673,15 @@ impl Config {
             return Err(ConfigError::invalid(
                 "leader_election",
                 "lease_name and namespace are required when enabled",
+            ));
+        }
+        let ps = &self.pause_switch;
+        if !ps.configmap.is_empty()
+            && (!is_dns_subdomain(&ps.configmap) || !is_dns_subdomain(&ps.namespace))
+        {
+            return Err(ConfigError::invalid(
+                "pause_switch",
+                "configmap and namespace must be names (lowercase letters, digits, '-' and '.'); configmap \"\" turns the switch off",
             ));
         }
         if le.enabled && !is_dns_subdomain(&le.episode_record) {
@@ -902,6 +934,8 @@ alerts:
                 "leader_election: {episode_record: Remedy_Episodes}",
                 "leader_election.episode_record",
             ),
+            ("pause_switch: {configmap: Remedy_Pause}", "pause_switch"),
+            ("pause_switch: {namespace: ''}", "pause_switch"),
             ("alerts: [{alertname: X}]", "signals.prometheus_url"),
             ("tls: {cert_file: '', key_file: k.pem}", "`tls.cert_file`"),
             ("tls: {cert_file: c.pem, key_file: ''}", "`tls.key_file`"),

@@ -294,6 +294,7 @@ pub mod values {
         "not_leader",
         "gave_up",
         "no_status_subresource",
+        "paused",
     ];
     pub const WEBHOOK_STATUSES: &[&str] = &["firing", "resolved", "invalid"];
     pub const WEBHOOK_RESULTS: &[&str] = &[
@@ -327,6 +328,8 @@ pub mod values {
     ];
     pub const TLS_RELOADS: &[&str] = &["reloaded", "error"];
     pub const TOKEN_RELOADS: &[&str] = &["reloaded", "error"];
+    /// `daemon::pause` reads of the pause switch ConfigMap.
+    pub const PAUSE_READS: &[&str] = &["set", "clear", "absent", "invalid", "error"];
     /// `server.rs` `count_timeout`.
     pub const HTTP_TIMEOUTS: &[&str] = &["handshake", "header", "idle"];
     /// `repair`: a corrupt record replaced by an empty one when read.
@@ -350,6 +353,8 @@ pub struct Known {
     pub tls: bool,
     /// The episode record is used (leader election on).
     pub record: bool,
+    /// The pause switch is read (`pause_switch.configmap` set).
+    pub pause_switch: bool,
 }
 
 impl Known {
@@ -375,6 +380,7 @@ impl Known {
             webhook: cfg.webhook.token_file.is_some(),
             tls: cfg.tls.is_some(),
             record: cfg.leader_election.enabled,
+            pause_switch: !cfg.pause_switch.configmap.is_empty(),
         }
     }
 }
@@ -411,6 +417,8 @@ pub struct Metrics {
     pub tls_not_before: Gauge,
     pub episodes_refused: Family<EpisodeLabels, Counter>,
     pub token_reloads: Family<ResultLabels, Counter>,
+    pub paused: Gauge,
+    pub pause_reads: Family<ResultLabels, Counter>,
     pub token_rereads: Counter,
     pub record_writes: Family<RecordLabels, Counter>,
     pub record_bytes: Gauge,
@@ -456,6 +464,8 @@ impl Metrics {
             tls_not_before: Gauge::default(),
             episodes_refused: Family::default(),
             token_reloads: Family::default(),
+            paused: Gauge::default(),
+            pause_reads: Family::default(),
             token_rereads: Counter::default(),
             record_writes: Family::default(),
             record_bytes: Gauge::default(),
@@ -595,6 +605,16 @@ impl Metrics {
             m.episodes_refused.clone(),
         );
         r.register(
+            "remedy_paused",
+            "1 while the pause switch is set: remedy writes nothing to the resources it watches",
+            m.paused.clone(),
+        );
+        r.register(
+            "remedy_pause_switch_reads",
+            "Reads of the pause switch ConfigMap, by what it said (set, clear, absent, invalid: treated as set) or error",
+            m.pause_reads.clone(),
+        );
+        r.register(
             "remedy_webhook_token_reloads",
             "Re-reads of the webhook token file that loaded a new token (reloaded) or failed (error)",
             m.token_reloads.clone(),
@@ -728,6 +748,14 @@ impl Metrics {
         if known.webhook {
             for &result in TOKEN_RELOADS {
                 self.token_reloads
+                    .get_or_create(&ResultLabels { result })
+                    .inc_by(0);
+            }
+        }
+        // The pause switch is read at every tick.
+        if known.pause_switch {
+            for &result in PAUSE_READS {
+                self.pause_reads
                     .get_or_create(&ResultLabels { result })
                     .inc_by(0);
             }
@@ -1082,6 +1110,7 @@ mod tests {
             webhook: true,
             tls: false,
             record: true,
+            pause_switch: true,
         });
         let t = m.encode_as(Format::Text004).unwrap();
         for series in [
@@ -1341,6 +1370,7 @@ mod tests {
             ("remedy_signal_queries_total", "result") => values::SIGNAL_RESULTS.to_vec(),
             ("remedy_watch_events_total", "type") => values::WATCH_TYPES.to_vec(),
             ("remedy_tls_reloads_total", "result") => values::TLS_RELOADS.to_vec(),
+            ("remedy_pause_switch_reads_total", "result") => values::PAUSE_READS.to_vec(),
             ("remedy_episode_record_writes_total", "writer") => values::RECORD_WRITERS.to_vec(),
             ("remedy_episode_record_writes_total", "result") => values::RECORD_RESULTS.to_vec(),
             ("remedy_episode_record_shed_total", "reason") => values::RECORD_SHED.to_vec(),
@@ -1368,6 +1398,7 @@ mod tests {
             webhook: true,
             tls: true,
             record: true,
+            pause_switch: true,
         });
         // The store pre-sets the per-kind gauges (remedy_resources by state).
         let _store = crate::daemon::store::Store::new(

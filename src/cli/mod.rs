@@ -69,6 +69,32 @@ enum Command {
     },
     /// Compare retry policies through a simulated cloud outage.
     Simulate(SimArgs),
+    /// Stop every write of every remedy replica within one tick (the pause
+    /// switch ConfigMap); what is held stays held.
+    Pause {
+        /// Why, for /status, the logs and the RemedyPaused alert.
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        switch: SwitchArgs,
+    },
+    /// Clear the pause switch: remedy writes again from its next tick.
+    Resume {
+        #[command(flatten)]
+        switch: SwitchArgs,
+    },
+}
+
+/// Where the pause switch is (`pause_switch` in the config) and who sets it.
+#[derive(clap::Args)]
+struct SwitchArgs {
+    #[arg(long, default_value = "remedy-system")]
+    namespace: String,
+    #[arg(long, default_value = "remedy-pause")]
+    configmap: String,
+    /// Who, recorded in the ConfigMap (default: $USER).
+    #[arg(long, env = "USER", default_value = "unknown")]
+    by: String,
 }
 
 /// How a command failed, and its exit status: 2 for a config or argument
@@ -193,5 +219,21 @@ fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure
                 .map_err(Failure::running)
         }
         Command::Simulate(args) => simulate::run(&args).map_err(Failure::input),
+        Command::Pause { reason, switch } => rt
+            .block_on(operate::pause(
+                &switch.namespace,
+                &switch.configmap,
+                Some(&reason),
+                &switch.by,
+            ))
+            .map_err(Failure::running),
+        Command::Resume { switch } => rt
+            .block_on(operate::pause(
+                &switch.namespace,
+                &switch.configmap,
+                None,
+                &switch.by,
+            ))
+            .map_err(Failure::running),
     }
 }

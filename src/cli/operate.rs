@@ -34,6 +34,8 @@ pub enum CliError {
     Signal(#[from] SignalError),
     #[error("alert {alert} is not cleared: {why}; nothing was changed")]
     NotCleared { alert: String, why: String },
+    #[error("{0}")]
+    Pause(#[from] crate::daemon::pause::PauseError),
 }
 
 impl CliError {
@@ -46,6 +48,7 @@ impl CliError {
             Self::Exec(e) => e.label(),
             Self::Signal(e) => e.label(),
             Self::NotCleared { .. } => "not_cleared",
+            Self::Pause(e) => e.label(),
         }
     }
 }
@@ -77,6 +80,13 @@ pub fn render(r: &StatusReport) -> String {
         if r.breaker_open { "OPEN" } else { "closed" },
         r.budget_tokens
     );
+    if let Some(p) = &r.paused {
+        let _ = writeln!(
+            out,
+            "PAUSED by the pause switch (nothing is written; `remedy resume` clears it): {} (by {} at {})",
+            p.reason, p.by, p.since
+        );
+    }
     let _ = writeln!(out, "held ({}):", r.held.len());
     for h in &r.held {
         let why = r.waiting.get(h).map(String::as_str).unwrap_or("-");
@@ -161,5 +171,33 @@ pub async fn clear(
         (_, Done::Deleting, _) => format!("{key}: being deleted; left alone"),
         (_, _, true) => format!("{key}: nothing to do"),
         _ => format!("{key}: {verb} {:?}", out.steps),
+    })
+}
+
+/// `remedy pause` (a reason) and `remedy resume` (none): writes the pause
+/// switch ConfigMap that every replica reads at every tick.
+pub async fn pause(
+    namespace: &str,
+    configmap: &str,
+    reason: Option<&str>,
+    by: &str,
+) -> Result<String, CliError> {
+    use crate::daemon::pause::{Paused, write};
+    let client = kube::Client::try_default().await?;
+    let api = kube::Api::namespaced(client, namespace);
+    let since = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let paused = reason.map(|r| Paused {
+        reason: r.to_string(),
+        by: by.to_string(),
+        since: since.clone(),
+    });
+    write(&api, configmap, paused.as_ref(), by, &since).await?;
+    Ok(match reason {
+        Some(r) => format!(
+            "paused ({namespace}/{configmap}): every remedy replica stops writing at its next tick; held resources stay held\n  reason: {r}\n  by: {by} at {since}\n"
+        ),
+        None => format!(
+            "resumed ({namespace}/{configmap}): remedy writes again from its next tick\n  by: {by} at {since}\n"
+        ),
     })
 }

@@ -5,6 +5,7 @@ use crate::config::Validated;
 use crate::daemon::engine::Engine;
 use crate::daemon::execute::{Executor, WriteLimiter};
 use crate::daemon::leader;
+use crate::daemon::pause::PauseSwitch;
 use crate::daemon::server::{self, Http, Readiness};
 use crate::daemon::store::Store;
 use crate::daemon::tls::{self, TlsError};
@@ -233,6 +234,15 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
         cfg.budget.writes_per_second,
         cfg.budget.write_burst,
     ));
+    let pause = Arc::new(PauseSwitch::new(
+        client.clone(),
+        &cfg.pause_switch.namespace,
+        &cfg.pause_switch.configmap,
+        metrics.clone(),
+    ));
+    // Read once before anything can be written: a remedy started while
+    // paused writes nothing.
+    pause.refresh().await;
     let executor = Arc::new(
         Executor::new(
             client,
@@ -241,11 +251,13 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
             leadership.clone(),
             cfg.dry_run,
         )
-        .with_write_log(store.clone()),
+        .with_write_log(store.clone())
+        .with_pause(pause.clone()),
     );
     let stopping = Arc::new(AtomicBool::new(false));
     let stop = stop_then_release(leadership.clone(), stopping.clone());
     let engine = Engine::new(&cfg, store.clone(), executor, verifier, leadership);
+    engine.use_pause(pause);
     if let Some(api) = record {
         engine.use_record(api, identity);
     }

@@ -4,6 +4,7 @@
 //! same write; this is what keeps actions from being lost or doubled.
 
 use crate::daemon::leader::Leadership;
+use crate::daemon::pause::PauseSwitch;
 use crate::daemon::store::Store;
 use crate::daemon::watch;
 use crate::decide::budget::TokenBucket;
@@ -39,6 +40,8 @@ pub enum ExecError {
     Conflict { key: ResourceKey },
     #[error("{key}: not the leader any more; left for the new leader")]
     NotLeader { key: ResourceKey },
+    #[error("{key}: the pause switch is set; nothing written until it is cleared")]
+    Paused { key: ResourceKey },
     #[error(
         "{key}: gave up after {MAX_STEPS} writes: something writes back what remedy clears (last step {last:?})"
     )]
@@ -65,6 +68,7 @@ impl ExecError {
             Self::Forbidden { .. } => "forbidden",
             Self::Conflict { .. } => "conflict",
             Self::NotLeader { .. } => "not_leader",
+            Self::Paused { .. } => "paused",
             Self::Unconverged { .. } => "gave_up",
             Self::NoStatusSubresource { .. } => "no_status_subresource",
             Self::Api { .. } => "error",
@@ -126,6 +130,7 @@ pub struct Executor {
     limiter: Arc<WriteLimiter>,
     leader: Leadership,
     dry_run: bool,
+    pause: Option<Arc<PauseSwitch>>,
 }
 
 impl Executor {
@@ -148,7 +153,14 @@ impl Executor {
             limiter,
             leader,
             dry_run,
+            pause: None,
         }
+    }
+
+    /// Refuses every write while `switch` is set (`daemon::pause`).
+    pub fn with_pause(mut self, switch: Arc<PauseSwitch>) -> Self {
+        self.pause = Some(switch);
+        self
     }
 
     /// Tells the store about every write (in flight, then the version it
@@ -238,6 +250,12 @@ impl Executor {
             if !self.leader.is_leader() {
                 self.metrics.action(step.action(goal), "not_leader");
                 return Err(ExecError::NotLeader { key: key.clone() });
+            }
+            // The pause switch stops a goal between two of its writes: what
+            // it already wrote stays (a hold stays held).
+            if self.pause.as_ref().is_some_and(|p| p.is_paused()) {
+                self.metrics.action(step.action(goal), "paused");
+                return Err(ExecError::Paused { key: key.clone() });
             }
             let started = Instant::now();
             let pp = PatchParams::default();

@@ -13,6 +13,7 @@ pub mod execute;
 pub mod fault;
 pub mod fdlimit;
 pub mod leader;
+pub mod pause;
 pub mod preflight;
 pub mod server;
 pub mod slowdown;

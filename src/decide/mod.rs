@@ -127,6 +127,10 @@ pub struct Hold<K> {
 pub struct Context {
     /// Only the leader holds and releases; followers keep breakers for metrics.
     pub leader: bool,
+    /// The pause switch is set (`pause_switch`): nothing is released or
+    /// remediated. Unlike a follower, a paused leader keeps its term: its
+    /// breakers go on sampling, so a resume does not restart the cooldown.
+    pub paused: bool,
     /// Every watch has listed: the holds on record are all known.
     pub synced: bool,
     /// Fleet-wide failing ratio (`breaker.query`), cluster domain only.
@@ -446,7 +450,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
         }
         core.flights
             .retain(|_, f| now.saturating_sub(f.at) < FLIGHT_TIMEOUT);
-        if !ctx.leader {
+        if !ctx.leader || ctx.paused {
             return out;
         }
         // Each domain releases what its pace allows (probes while its

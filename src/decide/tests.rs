@@ -28,6 +28,7 @@ fn cfg(probe: bool) -> CoreConfig {
 
 const LEAD: Context = Context {
     leader: true,
+    paused: false,
     synced: true,
     external: None,
 };
@@ -227,4 +228,30 @@ fn followers_and_unsynced_leaders_release_nothing() {
     assert!(core.breakers().is_open("a"));
     let later = core.tick(Duration::from_secs(6), LEAD, held());
     assert_eq!(later.actions, [(1, Action::Release)], "one probe");
+}
+
+#[test]
+fn a_paused_leader_releases_nothing_and_a_resume_keeps_its_term() {
+    let mut core: Core<u32> = Core::new(cfg(true));
+    let d = core.domain("a");
+    let held = || vec![(1, fact(&d, Pause::Breaker, false, 0))];
+    let paused = Context {
+        paused: true,
+        ..LEAD
+    };
+    assert_eq!(
+        core.tick(Duration::from_secs(3), LEAD, held())
+            .resumed
+            .len(),
+        1
+    );
+    for t in 4..10 {
+        let d = core.tick(Duration::from_secs(t), paused, held());
+        assert!(d.actions.is_empty(), "paused at {t}s: {:?}", d.actions);
+    }
+    // Not a new term: no second resume (a follower would serve the whole
+    // cooldown again), and the probe that was due leaves at once.
+    let after = core.tick(Duration::from_secs(10), LEAD, held());
+    assert!(after.resumed.is_empty(), "{:?}", after.resumed);
+    assert_eq!(after.actions, [(1, Action::Release)]);
 }

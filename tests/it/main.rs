@@ -22,6 +22,7 @@ mod leader;
 mod listener;
 mod opt_out;
 mod otlp;
+mod pause_switch;
 mod provider_rules;
 mod rbac;
 mod record_trust;

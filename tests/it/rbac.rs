@@ -9,7 +9,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use remedy::config::LeaderConfig;
+use remedy::config::{LeaderConfig, PauseSwitchConfig};
 use remedy::metrics::Metrics;
 use remedy::model::profile::{HoldRecord, builtin, builtins};
 use remedy::model::view::ResourceKey;
@@ -35,6 +35,7 @@ async fn apply_rbac(client: &Client) {
             "clusterrole.yaml",
             "clusterrolebinding.yaml",
             "lease-rbac.yaml",
+            "pause-rbac.yaml",
         ] {
             let text =
                 std::fs::read_to_string(repo().join("deploy/base").join(file)).expect("manifest");
@@ -251,6 +252,33 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
             "{verb} configmaps outside remedy-system must be denied"
         );
     }
+
+    // The pause switch (pause_switch, deploy/base/pause-rbac.yaml): get on
+    // that one ConfigMap, never a write: operators set it, remedy reads it.
+    let switch = PauseSwitchConfig::default();
+    assert_eq!(switch.namespace, "remedy-system");
+    let pause = Some(switch.configmap.as_str());
+    assert!(can_i(&sa, "get", "", "configmaps", "", system, pause).await);
+    for verb in ["update", "patch", "delete"] {
+        assert!(
+            !can_i(&sa, verb, "", "configmaps", "", system, pause).await,
+            "{verb} configmaps/remedy-pause must be denied"
+        );
+    }
+    // Reading it as the ServiceAccount works, absent or set.
+    let reads = Arc::new(Metrics::new(10));
+    let read_as_sa = remedy::daemon::pause::PauseSwitch::new(
+        sa.clone(),
+        "remedy-system",
+        "remedy-pause",
+        reads.clone(),
+    );
+    read_as_sa.refresh().await;
+    assert_eq!(
+        read_as_sa.problem(),
+        None,
+        "the ServiceAccount cannot read the switch"
+    );
 
     // Leader election works with exactly these rights.
     let metrics = Arc::new(Metrics::new(10));

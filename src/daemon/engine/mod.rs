@@ -7,6 +7,7 @@ use crate::config::{AlertRule, Config};
 use crate::daemon::execute::Executor;
 use crate::daemon::fault::Fault;
 use crate::daemon::leader::Leadership;
+use crate::daemon::pause::PauseSwitch;
 use crate::daemon::store::{Entry, Store};
 pub use crate::decide::episodes::Episode;
 use crate::decide::episodes::{Book, EPISODE_TTL, MAX_EPISODES, Refusal};
@@ -85,6 +86,8 @@ pub struct Engine {
     streams: Vec<String>,
     /// Set with leader election: episodes live in the episode record.
     record: OnceLock<RecordLink>,
+    /// The pause switch, read at every tick (`daemon::pause`).
+    pause: OnceLock<Arc<PauseSwitch>>,
     /// Readiness notes as of the last tick: /readyz reads these and never
     /// waits for a tick holding the engine's state.
     problems: Mutex<Vec<String>>,
@@ -130,6 +133,7 @@ impl Engine {
             recovery: Mutex::new(recovery::Schedule::default()),
             streams,
             record: OnceLock::new(),
+            pause: OnceLock::new(),
             problems: Mutex::new(Vec::new()),
             heartbeat: Arc::new(Heartbeat::new(stall_limit(cfg))),
             ticks: AtomicU64::new(0),
@@ -141,6 +145,15 @@ impl Engine {
                 }
             },
         })
+    }
+
+    /// Reads `switch` at every tick; while it is set nothing is queued.
+    pub fn use_pause(&self, switch: Arc<PauseSwitch>) {
+        let _ = self.pause.set(switch);
+    }
+
+    fn paused(&self) -> bool {
+        self.pause.get().is_some_and(|p| p.is_paused())
     }
 
     /// The engine loop's pulse, for /healthz.
@@ -178,6 +191,10 @@ impl Engine {
         // the Lease is won between reading the record and planning (the next
         // tick loads and re-verifies them).
         let leader = self.leader.is_leader();
+        if let Some(switch) = self.pause.get() {
+            switch.refresh().await;
+            self.heartbeat.beat();
+        }
         self.record_in(leader).await;
         self.heartbeat.beat();
         self.decide(leader).await;
@@ -258,6 +275,7 @@ impl Engine {
                     .map(|err| format!("alert {} not verified: {err}", e.alertname))
             })
             .chain(record)
+            .chain(self.pause.get().and_then(|p| p.problem()))
             .collect()
     }
 
@@ -317,6 +335,12 @@ impl Engine {
                         if goal == Goal::Remediate {
                             st.episodes.done(&key);
                         }
+                    }
+                    Err(crate::daemon::execute::ExecError::Paused { .. }) => {
+                        // Not a failure: planned again once the switch is
+                        // cleared, with no backoff to serve.
+                        self.state.locked().planned_at_rv.remove(&key);
+                        tracing::info!(resource = %key, goal = goal.label(), "goal stopped by the pause switch");
                     }
                     Err(e) => {
                         // Planned again once its backoff has passed, from

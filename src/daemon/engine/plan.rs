@@ -122,8 +122,10 @@ impl Engine {
             );
         });
         let synced = self.streams.iter().all(|s| self.store.is_synced(s));
+        let paused = self.paused();
         let d = t.finish(Context {
             leader,
+            paused,
             synced,
             external,
         });
@@ -200,7 +202,21 @@ impl Engine {
         for s in recovered {
             st.episodes.adopt_hold(s, wall);
         }
-        if leader {
+        // The pause switch: queued goals go back to waiting, and nothing
+        // new is queued; what is held stays held.
+        if leader && paused {
+            let dropped = self.pending.cancel(|_, _| true);
+            if !dropped.is_empty() {
+                tracing::info!(
+                    cancelled = dropped.len(),
+                    "pause switch set: queued goals dropped"
+                );
+                for k in &dropped {
+                    st.planned_at_rv.remove(k);
+                }
+            }
+        }
+        if leader && !paused {
             for hold in d.holds {
                 let record = HoldRecord {
                     since: wall,
@@ -246,6 +262,8 @@ impl Engine {
                         .inc();
                 }
             }
+        }
+        if leader {
             for (key, why) in d.waiting {
                 *waiting_counts
                     .entry((key.kind.to_string(), why.label()))
@@ -289,6 +307,7 @@ impl Engine {
         st.report = StatusReport {
             leader,
             dry_run: self.dry_run,
+            paused: self.pause.get().and_then(|p| p.state()),
             breaker_open,
             open_domains: st.core.breakers().open(),
             budget_tokens: tokens,

@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 pub struct StatusReport {
     pub leader: bool,
     pub dry_run: bool,
+    /// Set while the pause switch is: who paused remedy, when and why.
+    #[serde(default)]
+    pub paused: Option<crate::daemon::pause::Paused>,
     pub breaker_open: bool,
     /// Failure domains whose breaker is open (`breaker.domain`).
     #[serde(default)]
@@ -46,6 +49,7 @@ impl StatusReport {
         Self {
             leader: self.leader,
             dry_run: self.dry_run,
+            paused: self.paused.clone(),
             breaker_open: self.breaker_open,
             // At most MAX_DOMAINS: no need to cut.
             open_domains: self.open_domains.clone(),

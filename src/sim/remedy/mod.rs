@@ -297,6 +297,7 @@ impl Policy for Remedy {
         }
         let d = t.finish(Context {
             leader: true,
+            paused: false,
             synced: true,
             external: None,
         });

@@ -46,7 +46,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $_ := set $le "namespace" .Release.Namespace -}}
 {{- end -}}
 {{- $_ := set $cfg "leader_election" $le -}}
+{{- $_ := set $cfg "pause_switch" (include "remedy.pauseSwitch" . | fromYaml) -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/*
+The pause switch (config.pause_switch): the ConfigMap `remedy pause` writes
+and every replica reads; in the release namespace, named remedy-pause,
+unless set. configmap: "" turns it off.
+*/}}
+{{- define "remedy.pauseSwitch" -}}
+{{- $ps := deepCopy (default (dict) .Values.config.pause_switch) -}}
+{{- if not (hasKey $ps "namespace") -}}
+{{- $_ := set $ps "namespace" .Release.Namespace -}}
+{{- end -}}
+{{- if not (hasKey $ps "configmap") -}}
+{{- $_ := set $ps "configmap" "remedy-pause" -}}
+{{- end -}}
+{{- toYaml $ps -}}
 {{- end -}}
 
 {{/*
