@@ -146,8 +146,17 @@ pub fn main() -> ExitCode {
 fn exit(result: Result<String, Failure>) -> ExitCode {
     match result {
         Ok(out) => {
+            // Not println!: it panics when the reader has gone (`| head`).
+            // A closed pipe is the reader's choice, not a failure.
             if !out.is_empty() {
-                println!("{}", out.trim_end());
+                use std::io::Write;
+                let mut stdout = std::io::stdout().lock();
+                if let Err(e) = writeln!(stdout, "{}", out.trim_end()).and_then(|()| stdout.flush())
+                    && e.kind() != std::io::ErrorKind::BrokenPipe
+                {
+                    eprintln!("error: cannot write the output: {e}");
+                    return ExitCode::from(1);
+                }
             }
             ExitCode::SUCCESS
         }

@@ -99,3 +99,23 @@ async fn status_and_manual_clear_with_the_daemons_guards() {
     );
     assert!(!ok, "{out}");
 }
+
+/// `remedy profiles | head -1`: the reader closes the pipe before remedy
+/// writes. That is the reader's choice: exit 0, no panic (println! panicked
+/// with "failed printing to stdout: Broken pipe").
+#[test]
+fn a_reader_that_closes_the_pipe_is_not_a_failure() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_remedy"))
+        .arg("profiles")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run remedy");
+    // Close the read end before remedy gets to write.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
