@@ -333,7 +333,10 @@ impl Store {
     fn resource_series(&self, key: &ResourceKey, e: &Entry) {
         let crashes = e.view.crash_count.unwrap_or(0);
         if e.verdict.is_failing() || crashes > 0 || e.state() == "held" {
-            let delay = self.backoff.delay(crashes).as_secs_f64();
+            // The profile's controller rule if it names one: brupop's
+            // shadows are retried after 2^n + 1 whole minutes, not 60 s·2^n.
+            let model = self.profiles.get(e.profile).and_then(|p| p.backoff);
+            let delay = self.backoff.effective(model).delay(crashes).as_secs_f64();
             self.metrics.set_resource(key, i64::from(crashes), delay);
         } else {
             self.metrics.remove_resource(key);

@@ -1,6 +1,10 @@
 //! The brupop backoff model, generalised: delay = min(base·2^n, cap) where n
 //! is the crash count, with optional jitter. Pure and saturating: a huge crash
 //! count or a huge base never overflows, it is simply capped.
+//!
+//! A profile may instead name the exact rule of the controller that owns the
+//! resource ([`BackoffModel`]): what remedy exports and waits for is then
+//! when that controller really retries.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -28,6 +32,79 @@ impl Default for BackoffPolicy {
             cap: Duration::from_secs(24 * 3600),
             jitter: 0.0,
             quiet_window: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// The retry rule of a real controller, for profiles whose controller
+/// backs off by itself (`backoff: brupop`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackoffModel {
+    /// The brupop controller (bottlerocket-update-operator v1.4, checked in
+    /// docs/upstream-behaviour.md): it proceeds once
+    /// `floor(minutes since the failure) > 2^crash_count`, or after 1440
+    /// whole minutes, so after 2^n + 1 minutes, at most 1441; and it never
+    /// forgets a count (no quiet window: only the agent resets it).
+    Brupop,
+}
+
+/// brupop retries after this many whole minutes at most.
+const BRUPOP_CAP_MINUTES: u64 = 1441;
+
+impl BackoffModel {
+    pub fn delay(self, crash_count: u32) -> Duration {
+        match self {
+            Self::Brupop => {
+                let minutes = 1u64
+                    .checked_shl(crash_count)
+                    .filter(|m| *m < BRUPOP_CAP_MINUTES)
+                    .map_or(BRUPOP_CAP_MINUTES, |m| (m + 1).min(BRUPOP_CAP_MINUTES));
+                Duration::from_secs(minutes * 60)
+            }
+        }
+    }
+}
+
+/// The backoff that applies to one resource: its profile's controller model
+/// if it names one, else the configured policy.
+#[derive(Clone, Copy, Debug)]
+pub enum Effective<'a> {
+    Policy(&'a BackoffPolicy),
+    Model(BackoffModel),
+}
+
+impl Effective<'_> {
+    pub fn delay(self, crash_count: u32) -> Duration {
+        match self {
+            Self::Policy(p) => p.delay(crash_count),
+            Self::Model(m) => m.delay(crash_count),
+        }
+    }
+
+    /// Still to wait at `now` (zero once passed, or without a failure time).
+    pub fn remaining(
+        self,
+        crash_count: u32,
+        failure_time: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Duration {
+        let Some(t) = failure_time else {
+            return Duration::ZERO;
+        };
+        chrono::Duration::from_std(self.delay(crash_count))
+            .ok()
+            .and_then(|d| t.checked_add_signed(d))
+            .and_then(|at| (at - now).to_std().ok())
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// Whether the counters no longer count. A controller model never
+    /// forgets: the controller itself does not.
+    pub fn is_stale(self, failure_time: Option<DateTime<Utc>>, now: DateTime<Utc>) -> bool {
+        match self {
+            Self::Policy(p) => p.is_stale(failure_time, now),
+            Self::Model(_) => false,
         }
     }
 }
@@ -116,6 +193,11 @@ impl BackoffPolicy {
             .unwrap_or(Duration::ZERO)
     }
 
+    /// This policy, or `model` when a profile names one.
+    pub fn effective(&self, model: Option<BackoffModel>) -> Effective<'_> {
+        model.map_or(Effective::Policy(self), Effective::Model)
+    }
+
     /// Counters are stale when the last failure is older than the quiet window.
     pub fn is_stale(&self, failure_time: Option<DateTime<Utc>>, now: DateTime<Utc>) -> bool {
         match failure_time {
@@ -161,6 +243,44 @@ mod tests {
         assert!(p.is_stale(Some(t), later));
         assert!(!p.is_stale(Some(t), now));
         assert!(!p.is_stale(None, later));
+    }
+
+    /// The real brupop controller proceeds once floor(minutes) > 2^n, or
+    /// after 1440 minutes: 2, 3, 5, 9, 17, 33 minutes for n = 0..5, then
+    /// 1025 at n = 10 and 1441 from n = 11 (docs/upstream-behaviour.md).
+    #[test]
+    fn the_brupop_model_waits_for_what_the_controller_waits_for() {
+        let m = BackoffModel::Brupop;
+        for (n, minutes) in [
+            (0, 2),
+            (1, 3),
+            (2, 5),
+            (3, 9),
+            (4, 17),
+            (5, 33),
+            (10, 1025),
+            (11, 1441),
+            (40, 1441),
+            (u32::MAX, 1441),
+        ] {
+            assert_eq!(m.delay(n), Duration::from_secs(minutes * 60), "n = {n}");
+        }
+        // The controller's own test: floor(elapsed minutes) > 2^n.
+        for n in 0..12u32 {
+            let delay = m.delay(n).as_secs() / 60;
+            let proceeds = |minutes: u64| minutes > (1u64 << n).min(1440);
+            assert!(proceeds(delay) && !proceeds(delay - 1), "n = {n}");
+        }
+        let policy = BackoffPolicy::default();
+        let e = policy.effective(Some(m));
+        let t: DateTime<Utc> = "2026-12-02T10:00:00Z".parse().unwrap();
+        let now: DateTime<Utc> = "2026-12-02T10:04:00Z".parse().unwrap();
+        assert_eq!(e.remaining(2, Some(t), now), Duration::from_secs(60));
+        // Never stale: a day-old count still orders brupop's retries.
+        let day: DateTime<Utc> = "2026-12-03T10:00:00Z".parse().unwrap();
+        assert!(!e.is_stale(Some(t), day));
+        assert!(policy.effective(None).is_stale(Some(t), day));
+        assert_eq!(policy.effective(None).delay(2), policy.delay(2));
     }
 
     #[test]

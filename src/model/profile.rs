@@ -67,6 +67,11 @@ pub struct Profile {
     /// The apiserver filters, so they cost nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<String>,
+    /// The controller's own retry rule (`brupop`), when it backs off by
+    /// itself: the exported delay and the wait follow it instead of the
+    /// configured `backoff`, and counts are never forgotten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<crate::model::backoff::BackoffModel>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -726,6 +731,7 @@ fn capi_profile(name: &str, group: &str, version: &str, kind: &str, state: &[&st
             ..RemediationSpec::default()
         },
         label_selector: None,
+        backoff: None,
     }
 }
 
@@ -800,6 +806,9 @@ pub fn builtins() -> Vec<Profile> {
             ..RemediationSpec::default()
         },
         label_selector: None,
+        // brupop retries by its own rule; what remedy exports and waits for
+        // is that rule, not the configured backoff.
+        backoff: Some(crate::model::backoff::BackoffModel::Brupop),
     };
     vec![machine, cluster, openstack, aws, azure, bottlerocket]
 }
@@ -982,6 +991,7 @@ mod tests {
             }),
             remediation: RemediationSpec::default(),
             label_selector: None,
+            backoff: None,
         }
     }
 

@@ -47,8 +47,9 @@ async fn real_objects_become_metrics_and_deletes_remove_series() {
     .await;
     let v = |s: &str| crate::support::sample(&text, s);
     assert_eq!(v(&crash), Some(3.0));
-    // brupop model: 2^3 minutes.
-    assert_eq!(v(&delay), Some(480.0));
+    // The real brupop controller's rule: floor(minutes) > 2^3, so 9 whole
+    // minutes (it was exported as 8 before: 60 s·2^n).
+    assert_eq!(v(&delay), Some(540.0));
     for (kind, state) in [
         ("OpenStackMachine", "terminal"),
         ("AWSMachine", "terminal"),
@@ -84,13 +85,13 @@ async fn real_objects_become_metrics_and_deletes_remove_series() {
         "{text}"
     );
 
-    // An update is seen: crash_count 3 → 5 doubles the delay twice.
+    // An update is seen: crash_count 3 → 5, 2^5 + 1 = 33 minutes.
     let brs_obj = sample("brupop-bottlerocketshadow-crashed.yaml");
     let api = api_for(&client, &brs_obj, &ns);
     crate::support::objects::set_status(&api, brs, serde_json::json!({"crash_count": 5})).await;
     eventually(Duration::from_secs(20), "crash_count update", || async {
         let (_, text) = remedy.get("/metrics").await?;
-        (crate::support::sample(&text, &delay) == Some(1920.0)).then_some(())
+        (crate::support::sample(&text, &delay) == Some(1980.0)).then_some(())
     })
     .await;
 

@@ -83,6 +83,8 @@ impl Engine {
                 PauseState::Ours { reason, .. } => Pause::from_reason(reason.as_deref()),
             };
             let profile: Option<&Profile> = profiles.get(e.profile);
+            // The profile's controller rule if it names one (brupop).
+            let backoff = backoff.effective(profile.and_then(|p| p.backoff));
             // Counters older than the quiet window no longer count.
             let crashes = if backoff.is_stale(e.view.failure_time, wall) {
                 0
