@@ -175,15 +175,11 @@ impl Engine {
                         .get(k)
                         .is_some_and(|e| opened.contains(domain_by.of(k, &e.view)))
             });
-            if !dropped.is_empty() {
-                tracing::info!(
-                    cancelled = dropped.len(),
-                    "outage breaker opened: queued releases cancelled"
-                );
-                for k in &dropped {
-                    st.planned_at_rv.remove(k);
-                }
-            }
+            forget_dropped(
+                &mut st.planned_at_rv,
+                &dropped,
+                "outage breaker opened: queued releases cancelled",
+            );
         }
 
         let mut waiting_counts: HashMap<(String, &'static str), i64> = HashMap::new();
@@ -208,15 +204,11 @@ impl Engine {
         // new is queued; what is held stays held.
         if leader && paused {
             let dropped = self.pending.cancel(|_, _| true);
-            if !dropped.is_empty() {
-                tracing::info!(
-                    cancelled = dropped.len(),
-                    "pause switch set: queued goals dropped"
-                );
-                for k in &dropped {
-                    st.planned_at_rv.remove(k);
-                }
-            }
+            forget_dropped(
+                &mut st.planned_at_rv,
+                &dropped,
+                "pause switch set: queued goals dropped",
+            );
         }
         if leader && !paused {
             for hold in d.holds {
@@ -415,4 +407,20 @@ fn has_work(profile: &Profile, e: &Entry) -> bool {
     e.failure.is_some()
         || (profile.has_native_counter()
             && (view.crash_count.is_some_and(|n| n > 0) || view.failure_time.is_some()))
+}
+
+/// Goals dropped from the queue before they ran are planned again at the
+/// next tick that allows them: their plan markers go.
+fn forget_dropped(
+    planned_at_rv: &mut HashMap<ResourceKey, Box<str>>,
+    dropped: &[ResourceKey],
+    why: &str,
+) {
+    if dropped.is_empty() {
+        return;
+    }
+    tracing::info!(cancelled = dropped.len(), "{why}");
+    for k in dropped {
+        planned_at_rv.remove(k);
+    }
 }
