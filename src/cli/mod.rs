@@ -54,6 +54,13 @@ enum Command {
         #[arg(long, default_value = "http://127.0.0.1:8080", env = "REMEDY_URL")]
         url: String,
     },
+    /// Why one resource (NAMESPACE/KIND/NAME) is held or waits, and until
+    /// when, from a running remedy; with the Events remedy wrote on it.
+    Explain {
+        target: String,
+        #[arg(long, default_value = "http://127.0.0.1:8080", env = "REMEDY_URL")]
+        url: String,
+    },
     /// Remediate one resource by hand (NAMESPACE/KIND/NAME) with the same
     /// guards as the daemon.
     Clear {
@@ -123,7 +130,7 @@ impl Failure {
 /// Parses the command line, runs the command, prints its output (or the
 /// error) and returns the exit status.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => return exit(Err(Failure::running(format!("cannot start runtime: {e}")))),
@@ -141,6 +148,26 @@ pub fn main() -> ExitCode {
     // Outside block_on, with the runtime still up: the exporter needs it.
     telemetry.shutdown();
     code
+}
+
+/// The name kubectl runs a plugin by: `kubectl remedy status` runs
+/// `kubectl-remedy status` from PATH (a copy or link of this binary).
+pub const KUBECTL_PLUGIN: &str = "kubectl-remedy";
+
+/// As `Cli::parse`, with the help and errors saying `kubectl remedy` when
+/// run as the kubectl plugin.
+fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let as_plugin = std::env::args_os()
+        .next()
+        .and_then(|a| Path::new(&a).file_name().map(|n| n == KUBECTL_PLUGIN))
+        .unwrap_or(false);
+    let mut cmd = Cli::command();
+    if as_plugin {
+        cmd = cmd.bin_name("kubectl remedy");
+    }
+    let matches = cmd.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 fn exit(result: Result<String, Failure>) -> ExitCode {
@@ -217,6 +244,9 @@ fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure
             serde_yaml_ng::to_string(&crate::model::profile::builtins()).map_err(Failure::running)
         }
         Command::Status { url } => rt.block_on(status(&url)).map_err(Failure::running),
+        Command::Explain { target, url } => rt
+            .block_on(operate::explain(&url, &target))
+            .map_err(Failure::running),
         Command::Clear {
             target,
             config,

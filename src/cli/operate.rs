@@ -36,6 +36,8 @@ pub enum CliError {
     NotCleared { alert: String, why: String },
     #[error("{0}")]
     Pause(#[from] crate::daemon::pause::PauseError),
+    #[error("{0}: not watched by that remedy (kind, namespace or name)")]
+    NotWatched(String),
 }
 
 impl CliError {
@@ -49,6 +51,7 @@ impl CliError {
             Self::Signal(e) => e.label(),
             Self::NotCleared { .. } => "not_cleared",
             Self::Pause(e) => e.label(),
+            Self::NotWatched(_) => "not_watched",
         }
     }
 }
@@ -200,4 +203,182 @@ pub async fn pause(
             "resumed ({namespace}/{configmap}): remedy writes again from its next tick\n  by: {by} at {since}\n"
         ),
     })
+}
+
+/// `remedy explain NS/KIND/NAME`: the running remedy's view of one resource
+/// (`GET /explain`), then the Events remedy wrote on it, read with
+/// KUBECONFIG when the cluster is reachable (the history remedy knows).
+pub async fn explain(url: &str, target: &str) -> Result<String, CliError> {
+    let Some((ns, kind, name)) = crate::daemon::app::split_target(target) else {
+        return Err(CliError::Target(target.to_string()));
+    };
+    let endpoint = format!("{}/explain", url.trim_end_matches('/'));
+    let http = |source| CliError::Http {
+        url: endpoint.clone(),
+        source,
+    };
+    let r = reqwest::Client::new()
+        .get(&endpoint)
+        .query(&[("resource", target)])
+        .send()
+        .await
+        .map_err(http)?;
+    if r.status() == reqwest::StatusCode::NOT_FOUND {
+        return Err(CliError::NotWatched(target.to_string()));
+    }
+    let x: crate::daemon::engine::Explanation = r
+        .error_for_status()
+        .map_err(http)?
+        .json()
+        .await
+        .map_err(http)?;
+    let mut out = render_explanation(&x);
+    let _ = writeln!(out, "history (Events remedy wrote on it):");
+    match remedy_events(ns, kind, name).await {
+        Ok(events) if events.is_empty() => {
+            let _ = writeln!(out, "  none");
+        }
+        Ok(events) => {
+            for line in events {
+                let _ = writeln!(out, "  {line}");
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(out, "  not read ({e})");
+        }
+    }
+    Ok(out)
+}
+
+pub fn render_explanation(x: &crate::daemon::engine::Explanation) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{} (profile {}): {}", x.resource, x.profile, x.state);
+    if let Some(p) = &x.paused {
+        let _ = writeln!(
+            out,
+            "  PAUSED: the pause switch is set ({}, by {} at {}): nothing is written",
+            p.reason, p.by, p.since
+        );
+    }
+    if let Some(h) = &x.held {
+        let since = h
+            .since
+            .map(|t| t.to_rfc3339())
+            .unwrap_or_else(|| "?".into());
+        let _ = writeln!(
+            out,
+            "  held by remedy: {} since {since}",
+            h.reason.as_deref().unwrap_or("?")
+        );
+    }
+    if x.foreign_pause {
+        let _ = writeln!(out, "  paused by someone else: remedy never touches it");
+    }
+    if let Some(reason) = &x.reason {
+        let at = x
+            .failure_time
+            .map(|t| format!(", failed at {}", t.to_rfc3339()))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  failure: {reason}, crash count {}{at}",
+            x.crash_count
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  failure domain: {} (outage breaker {})",
+        x.domain,
+        if x.breaker_open { "OPEN" } else { "closed" }
+    );
+    if !x.firing_alerts.is_empty() {
+        let _ = writeln!(out, "  held while firing: {}", x.firing_alerts.join(", "));
+    }
+    if !x.remediating_alerts.is_empty() {
+        let _ = writeln!(
+            out,
+            "  to remediate for resolved: {}",
+            x.remediating_alerts.join(", ")
+        );
+    }
+    if let Some(until) = x.backoff_until {
+        let _ = writeln!(
+            out,
+            "  backoff: until {} ({:.0} s)",
+            until.to_rfc3339(),
+            x.backoff_remaining_seconds
+        );
+    }
+    match (&x.waiting, x.pending) {
+        (_, true) => {
+            let _ = writeln!(out, "  a goal for it is queued or running");
+        }
+        (Some(w), false) => {
+            let _ = writeln!(out, "  waits for: {w}");
+        }
+        (None, false) => {}
+    }
+    if let Some((place, of)) = x.release_place {
+        let _ = writeln!(
+            out,
+            "  release line: {place} of {of} in its domain, at {:.2}/s",
+            x.release_rate_per_second
+        );
+        match x.eta_seconds {
+            Some(s) => {
+                let _ = writeln!(
+                    out,
+                    "  estimated release: in about {s:.0} s (at the current pace)"
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  estimated release: none while the breaker is open or remedy is paused"
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Events on the object reported by remedy, oldest first.
+async fn remedy_events(ns: &str, kind: &str, name: &str) -> Result<Vec<String>, kube::Error> {
+    use k8s_openapi::api::core::v1::Event;
+    let client = kube::Client::try_default().await?;
+    let api: kube::Api<Event> = if ns.is_empty() {
+        kube::Api::all(client)
+    } else {
+        kube::Api::namespaced(client, ns)
+    };
+    let lp = kube::api::ListParams::default().fields(&format!("involvedObject.name={name}"));
+    let mut events: Vec<(String, String)> = api
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object
+                .kind
+                .as_deref()
+                .is_some_and(|k| k.eq_ignore_ascii_case(kind))
+                && e.reporting_component.as_deref() == Some("remedy")
+        })
+        .map(|e| {
+            let at = e
+                .event_time
+                .map(|t| t.0.to_string())
+                .or_else(|| e.last_timestamp.map(|t| t.0.to_string()))
+                .unwrap_or_default();
+            let line = format!(
+                "{at} {} {}: {}",
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default()
+            );
+            (at, line)
+        })
+        .collect();
+    events.sort();
+    Ok(events.into_iter().map(|(_, l)| l).collect())
 }

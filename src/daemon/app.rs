@@ -301,6 +301,32 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
             }
         }),
     );
+    let explain_engine = engine.clone();
+    app = app.route(
+        "/explain",
+        get(move |q: axum::extract::Query<ExplainQuery>| {
+            let e = explain_engine.clone();
+            async move {
+                use axum::http::StatusCode;
+                use axum::response::IntoResponse;
+                let Some((ns, kind, name)) = split_target(&q.resource) else {
+                    return (
+                        StatusCode::BAD_REQUEST,
+                        "resource must be NAMESPACE/KIND/NAME (an empty namespace for cluster-scoped kinds)\n",
+                    )
+                        .into_response();
+                };
+                match e.explain(ns, kind, name) {
+                    Some(x) => Json(x).into_response(),
+                    None => (
+                        StatusCode::NOT_FOUND,
+                        format!("{}: not watched by this remedy (kind, namespace or name)\n", q.resource),
+                    )
+                        .into_response(),
+                }
+            }
+        }),
+    );
     if let Some(w) = webhook_router {
         app = app.merge(w);
     }
@@ -337,6 +363,19 @@ async fn ready_gauge(readiness: Arc<WatchReadiness>, metrics: Arc<Metrics>, tick
         every.tick().await;
         metrics.ready.set(i64::from(readiness.check().is_ok()));
     }
+}
+
+/// `GET /explain?resource=NAMESPACE/KIND/NAME`.
+#[derive(serde::Deserialize)]
+struct ExplainQuery {
+    resource: String,
+}
+
+/// NAMESPACE/KIND/NAME, the namespace empty for cluster-scoped kinds.
+pub fn split_target(target: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = target.split('/');
+    let (ns, kind, name) = (parts.next()?, parts.next()?, parts.next()?);
+    (parts.next().is_none() && !kind.is_empty() && !name.is_empty()).then_some((ns, kind, name))
 }
 
 /// `GET /status?limit=N`: at most N entries per list.

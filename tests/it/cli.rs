@@ -119,3 +119,43 @@ fn a_reader_that_closes_the_pipe_is_not_a_failure() {
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// As a kubectl plugin: a link named `kubectl-remedy` on PATH makes
+/// `kubectl remedy …` run remedy, and its help says so. kubectl (with
+/// kustomize) is what scripts/check-ops.sh uses already.
+#[test]
+fn kubectl_runs_it_as_the_remedy_plugin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_remedy"),
+        dir.path().join("kubectl-remedy"),
+    )
+    .expect("link");
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("kubectl")
+        .args(["remedy", "--help"])
+        .env("PATH", &path)
+        .output()
+        .expect("kubectl is required (scripts/check-ops.sh uses it too)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("Usage: kubectl remedy"), "{text}");
+    for sub in ["explain", "status", "clear", "pause", "resume"] {
+        assert!(text.contains(&format!("  {sub} ")), "{sub} in {text}");
+    }
+    let out = Command::new("kubectl")
+        .args(["plugin", "list"])
+        .env("PATH", &path)
+        .output()
+        .expect("kubectl plugin list");
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains("kubectl-remedy"), "{listed}");
+}

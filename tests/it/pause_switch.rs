@@ -2,7 +2,8 @@
 //! its CLI: 20 held machines are being released, one a second, when
 //! `remedy pause` runs. From the next tick nothing more is released (what is
 //! held stays held), `remedy_paused` is 1 and /status says who and why;
-//! `remedy resume` lets the rest go, without a new cooldown.
+//! `remedy resume` lets the rest go, without a new cooldown. `remedy explain`
+//! (#27.1) says why one waits, its place in line and an estimate.
 
 use crate::support::objects::{count_held, held_healthy_machines};
 use crate::support::{Remedy, TestCluster, eventually, namespace};
@@ -50,6 +51,36 @@ async fn a_pause_stops_releases_in_flight_within_a_tick_and_a_resume_lets_them_g
     })
     .await;
 
+    // `remedy explain`: the last in line (all have crash count 1, so key
+    // order) is held by the breaker hold, waits its turn, with an estimate;
+    // the first one released has remedy's Events as its history.
+    let url = remedy.url.clone();
+    let last = format!("{ns}/OpenStackMachine/osm-{:02}", MACHINES - 1);
+    let explained = cli(&cluster.kubeconfig, &["explain", &last, "--url", &url]);
+    eprintln!("{explained}");
+    for want in [
+        "held by remedy: breaker",
+        "release line: ",
+        "estimated release: in about",
+    ] {
+        assert!(explained.contains(want), "{want:?} in\n{explained}");
+    }
+    let first = cli(
+        &cluster.kubeconfig,
+        &[
+            "explain",
+            &format!("{ns}/openstackmachine/osm-00"),
+            "--url",
+            &url,
+        ],
+    );
+    eprintln!("{first}");
+    assert!(!first.contains("held by remedy"), "{first}");
+    assert!(
+        first.contains("Normal "),
+        "remedy's Events in the history:\n{first}"
+    );
+
     let said = cli(
         &cluster.kubeconfig,
         &[
@@ -88,6 +119,13 @@ async fn a_pause_stops_releases_in_flight_within_a_tick_and_a_resume_lets_them_g
     assert_eq!(status["paused"]["reason"], "INC-1: hands off", "{status}");
     assert_eq!(status["paused"]["by"], "tester");
     assert_eq!(status["totals"]["pending"], 0, "{status}");
+    let explained = cli(&cluster.kubeconfig, &["explain", &last, "--url", &url]);
+    assert!(
+        explained.contains("PAUSED: the pause switch is set (INC-1: hands off, by tester"),
+        "{explained}"
+    );
+    assert!(explained.contains("waits for: paused"), "{explained}");
+    assert!(!explained.contains("estimated release: in"), "{explained}");
 
     cli(
         &cluster.kubeconfig,

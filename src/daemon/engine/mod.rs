@@ -40,11 +40,13 @@ const THROTTLED: &str = "throttled";
 const WORKERS: usize = 4;
 
 mod alerts;
+mod explain;
 mod pending;
 mod plan;
 mod record;
 mod status;
 
+pub use explain::{Explanation, HoldView};
 use pending::Pending;
 use record::RecordLink;
 pub use status::{STATUS_LIMIT, STATUS_MAX_LIMIT, StatusReport};
@@ -63,6 +65,9 @@ struct State {
     retries: Retries<ResourceKey>,
     /// When firing episodes without proof were last checked (engine clock).
     firing_proof_at: Option<Duration>,
+    /// Place in its domain's release order and the length of that line,
+    /// as of the last tick (`explain`).
+    release_order: HashMap<ResourceKey, (usize, usize)>,
 }
 
 pub struct Engine {
@@ -128,6 +133,7 @@ impl Engine {
                 record: Tracker::default(),
                 retries: Retries::default(),
                 firing_proof_at: None,
+                release_order: HashMap::new(),
             }),
             pending: Pending::default(),
             recovery: Mutex::new(recovery::Schedule::default()),

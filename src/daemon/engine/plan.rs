@@ -55,6 +55,7 @@ impl Engine {
         let retries = &st.retries;
         let pending = &self.pending;
         let mut held_keys = Vec::new();
+        let mut held_domain: HashMap<ResourceKey, Arc<str>> = HashMap::new();
 
         // The store's objects as facts for the decision core.
         let mut t = st.core.begin(now);
@@ -63,6 +64,7 @@ impl Engine {
             let domain = t.domain(name);
             if matches!(e.view.pause, PauseState::Ours { .. }) {
                 held_keys.push(key.to_string());
+                held_domain.insert(key.clone(), domain.clone());
             }
             // Signals that predate remedy's own last write (a released or
             // remediated object whose controller has not reconciled yet)
@@ -254,6 +256,33 @@ impl Engine {
                             kind: key.kind.to_string(),
                         })
                         .inc();
+                }
+            }
+        }
+        // Each waiting resource's place in its domain's line, in decide's
+        // release order (lowest crash count first), for `explain`.
+        st.release_order.clear();
+        if leader {
+            let domain_by = st.core.domain_by();
+            let mut lines: HashMap<Arc<str>, Vec<ResourceKey>> = HashMap::new();
+            for (key, _) in &d.waiting {
+                // Held ones (most of the line) from this tick's facts; a
+                // remediation of an unheld object from the store.
+                let domain = match held_domain.get(key) {
+                    Some(d) => Some(d.clone()),
+                    None => self
+                        .store
+                        .get(key)
+                        .map(|e| Arc::from(domain_by.of(key, &e.view))),
+                };
+                if let Some(domain) = domain {
+                    lines.entry(domain).or_default().push(key.clone());
+                }
+            }
+            for line in lines.into_values() {
+                let n = line.len();
+                for (i, key) in line.into_iter().enumerate() {
+                    st.release_order.insert(key, (i + 1, n));
                 }
             }
         }

@@ -1,0 +1,172 @@
+//! Why one resource is where it is (`GET /explain`, `remedy explain`):
+//! held or not and why, its failure domain and breaker, the alert that
+//! blocks it, its backoff deadline, its place in the release order and an
+//! estimate of when it goes, from the engine's last tick.
+
+use super::*;
+use crate::daemon::pause::Paused;
+use serde::{Deserialize, Serialize};
+
+/// What the engine knows of one resource.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Explanation {
+    /// NAMESPACE/KIND/NAME.
+    pub resource: String,
+    pub profile: String,
+    /// healthy, transient, terminal, held or unclassifiable.
+    pub state: String,
+    /// The classification rule that matched, if failing.
+    pub reason: Option<String>,
+    pub crash_count: u32,
+    pub failure_time: Option<DateTime<Utc>>,
+    /// remedy's hold: why (breaker, alert:NAME) and since when.
+    pub held: Option<HoldView>,
+    /// Paused by someone else: remedy never touches it.
+    pub foreign_pause: bool,
+    pub domain: String,
+    pub breaker_open: bool,
+    /// Alerts firing in a scope that selects it: it stays held while they fire.
+    pub firing_alerts: Vec<String>,
+    /// Resolved alerts that will remediate it once verified (or are).
+    pub remediating_alerts: Vec<String>,
+    /// What it waits for at the last tick: breaker, backoff, budget,
+    /// settle or retry; none when nothing is planned for it.
+    pub waiting: Option<String>,
+    /// A goal for it is queued or running.
+    pub pending: bool,
+    pub backoff_remaining_seconds: f64,
+    pub backoff_until: Option<DateTime<Utc>>,
+    /// 1-based place among the resources waiting to be released in its
+    /// failure domain, lowest crash count first, and how many wait there.
+    pub release_place: Option<(usize, usize)>,
+    /// Releases a second its domain may make now (0 while its breaker is open).
+    pub release_rate_per_second: f64,
+    /// Estimated seconds until released at the current pace: the later of
+    /// its backoff and its place over the rate. None while its breaker is
+    /// open or the pause switch is set (no pace to estimate from).
+    pub eta_seconds: Option<f64>,
+    pub paused: Option<Paused>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HoldView {
+    pub reason: Option<String>,
+    pub since: Option<DateTime<Utc>>,
+}
+
+/// The estimate: never before the backoff ends; at `rate` releases a
+/// second, the n-th in line goes after about n / rate seconds. Pure.
+pub fn eta(place: usize, rate: f64, backoff_remaining: Duration) -> Option<f64> {
+    if !(rate.is_finite() && rate > 0.0) {
+        return None;
+    }
+    Some((place as f64 / rate).max(backoff_remaining.as_secs_f64()))
+}
+
+impl Engine {
+    /// `kind` is matched without case against the watched profiles.
+    pub fn explain(&self, namespace: &str, kind: &str, name: &str) -> Option<Explanation> {
+        let kind = self
+            .store
+            .profiles()
+            .iter()
+            .find(|p| p.kind.eq_ignore_ascii_case(kind))?
+            .kind
+            .clone();
+        let key = ResourceKey::new(&kind, namespace, name);
+        let e = self.store.get(&key)?;
+        let wall = Utc::now();
+        let profile = self.store.profiles().get(e.profile)?;
+        let backoff = self.store.backoff().effective(profile.backoff);
+        let crashes = e.view.crash_count.unwrap_or(0);
+        let remaining = backoff.remaining(crashes, e.view.failure_time, wall);
+        let st = self.state.locked();
+        let domain = st.core.domain_by().of(&key, &e.view).to_string();
+        let breaker_open = st.core.breakers().is_open(&domain);
+        let rate = st.core.release_rate(&domain);
+        let (mut firing_alerts, mut remediating_alerts) = (Vec::new(), Vec::new());
+        for (scope, ep) in st.episodes.map() {
+            if !scope.matches(&key, &e.view) {
+                continue;
+            }
+            if ep.firing {
+                firing_alerts.push(ep.alertname.clone());
+            } else if ep.targets.as_ref().is_none_or(|t| t.contains(&key)) {
+                remediating_alerts.push(ep.alertname.clone());
+            }
+        }
+        let release_place = st.release_order.get(&key).copied();
+        let paused = self.pause.get().and_then(|p| p.state());
+        let eta_seconds = match release_place {
+            Some((place, _)) if !breaker_open && paused.is_none() => eta(place, rate, remaining),
+            _ => None,
+        };
+        let (held, foreign_pause) = match &e.view.pause {
+            PauseState::Ours { since, reason } => (
+                Some(HoldView {
+                    reason: reason.as_deref().map(str::to_string),
+                    since: *since,
+                }),
+                false,
+            ),
+            PauseState::Foreign => (None, true),
+            PauseState::NotPaused => (None, false),
+        };
+        // While the pause switch is set nothing is planned: a held
+        // resource waits for the switch.
+        let waiting = if paused.is_some() && held.is_some() {
+            Some("paused".to_string())
+        } else {
+            st.report.waiting.get(&key.to_string()).cloned()
+        };
+        let reason = match &e.verdict {
+            Verdict::Transient { reason } | Verdict::Terminal { reason, .. } => {
+                Some(reason.clone())
+            }
+            Verdict::Unclassifiable { field } => Some(format!("field {field} has the wrong type")),
+            Verdict::Healthy => None,
+        };
+        Some(Explanation {
+            resource: format!("{namespace}/{kind}/{name}"),
+            profile: profile.name.clone(),
+            state: e.state().to_string(),
+            reason,
+            crash_count: crashes,
+            failure_time: e.view.failure_time,
+            held,
+            foreign_pause,
+            domain,
+            breaker_open,
+            firing_alerts,
+            remediating_alerts,
+            waiting,
+            pending: self.pending.contains(&key),
+            backoff_remaining_seconds: remaining.as_secs_f64(),
+            backoff_until: (!remaining.is_zero())
+                .then(|| chrono::Duration::from_std(remaining).ok())
+                .flatten()
+                .and_then(|d| wall.checked_add_signed(d)),
+            release_place,
+            release_rate_per_second: rate,
+            eta_seconds,
+            paused,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_estimate_is_the_later_of_the_backoff_and_the_queue() {
+        assert_eq!(eta(10, 2.0, Duration::ZERO), Some(5.0));
+        assert_eq!(eta(1, 2.0, Duration::from_secs(60)), Some(60.0));
+        assert_eq!(
+            eta(3, 0.0, Duration::ZERO),
+            None,
+            "an open breaker has no pace"
+        );
+        assert_eq!(eta(3, f64::NAN, Duration::ZERO), None);
+    }
+}
