@@ -182,6 +182,8 @@ struct ResourceValues {
     crash_count: AtomicI64,
     /// f64 bits.
     backoff_seconds: AtomicU64,
+    /// f64 bits; NaN: no estimate, no sample.
+    release_eta_seconds: AtomicU64,
     /// 0: the name is not copied.
     name_len: u8,
     name: [u8; INLINE_NAME],
@@ -192,6 +194,7 @@ impl ResourceValues {
         let mut v = Self {
             crash_count: AtomicI64::new(0),
             backoff_seconds: AtomicU64::new(0),
+            release_eta_seconds: AtomicU64::new(f64::NAN.to_bits()),
             name_len: 0,
             name: [0; INLINE_NAME],
         };
@@ -223,8 +226,9 @@ const CRASHES: &str = "remedy_resource_crashes";
 // prometheus-client appends a full stop to every help text; so do these.
 const CRASHES_HELP: &str = "Crash (failure) count of a failing resource.";
 const BACKOFF_DELAY: &str = "remedy_resource_backoff_delay_seconds";
-const BACKOFF_DELAY_HELP: &str =
-    "Backoff delay for the resource's crash count: min(base*2^n, cap).";
+const BACKOFF_DELAY_HELP: &str = "Backoff delay for the resource's crash count: min(base*2^n, cap), or its controller's rule (brupop: 2^n+1 whole minutes).";
+const RELEASE_ETA: &str = "remedy_resource_release_eta_seconds";
+const RELEASE_ETA_HELP: &str = "Estimated seconds until a held resource is released at the current pace (its backoff, its place in line over the release rate); absent while its breaker is open or remedy is paused.";
 
 /// OpenMetrics label value escaping (as prometheus-client does it).
 fn push_label_value(out: &mut String, v: &str) {
@@ -794,6 +798,20 @@ impl Metrics {
             .set(crash_count, backoff_seconds);
     }
 
+    /// Sets every tracked resource's release estimate (`None`: no sample).
+    /// Only resources that already have series get one: the estimate never
+    /// adds series past `max_resource_series`.
+    pub fn set_release_etas(&self, eta: impl Fn(&ResourceKey) -> Option<f64>) {
+        let tracked = self.tracked.read().unwrap_or_else(PoisonError::into_inner);
+        for (k, v) in tracked.iter() {
+            let bits = eta(k)
+                .filter(|s| s.is_finite())
+                .unwrap_or(f64::NAN)
+                .to_bits();
+            v.release_eta_seconds.store(bits, Ordering::Relaxed);
+        }
+    }
+
     pub fn remove_resource(&self, key: &ResourceKey) {
         // Called on every healthy update: the read lock answers "no series"
         // without waiting for a scrape in progress.
@@ -887,6 +905,20 @@ impl Metrics {
                 out,
                 f64::from_bits(v.backoff_seconds.load(Ordering::Relaxed)),
             )?;
+            out.push('\n');
+        }
+        writeln!(out, "# HELP {RELEASE_ETA} {RELEASE_ETA_HELP}")?;
+        writeln!(out, "# TYPE {RELEASE_ETA} gauge")?;
+        if format == Format::OpenMetrics {
+            writeln!(out, "# UNIT {RELEASE_ETA} seconds")?;
+        }
+        for (k, v) in series.iter() {
+            let eta = f64::from_bits(v.release_eta_seconds.load(Ordering::Relaxed));
+            if eta.is_nan() {
+                continue;
+            }
+            push_labels(out, RELEASE_ETA, k, v);
+            push_f64(out, eta)?;
             out.push('\n');
         }
         Ok(())
@@ -999,6 +1031,7 @@ mod tests {
         // The reference: the same series through prometheus-client's encoder.
         let crash: Family<ResourceLabels, Gauge> = Family::default();
         let delay: Family<ResourceLabels, FGauge> = Family::default();
+        let eta: Family<ResourceLabels, FGauge> = Family::default();
         let mut reference = Registry::default();
         let help = |h: &'static str| h.trim_end_matches('.');
         reference.register(CRASHES, help(CRASHES_HELP), crash.clone());
@@ -1007,6 +1040,12 @@ mod tests {
             help(BACKOFF_DELAY_HELP),
             Unit::Seconds,
             delay.clone(),
+        );
+        reference.register_with_unit(
+            "remedy_resource_release_eta",
+            help(RELEASE_ETA_HELP),
+            Unit::Seconds,
+            eta.clone(),
         );
         let m = Metrics::new(10);
         let cases = [
@@ -1026,7 +1065,32 @@ mod tests {
             let labels = ResourceLabels::from(&ResourceKey::new(kind, ns, name));
             crash.get_or_create(&labels).set(c);
             delay.get_or_create(&labels).set(d);
+            // An estimate for those with a crash count over 2 only: the
+            // others have no sample in the family.
+            if c > 2 {
+                eta.get_or_create(&labels).set(d / 2.0);
+            }
         }
+        m.set_release_etas(|k| {
+            cases
+                .iter()
+                .find(|(ns, kind, name, ..)| *k == ResourceKey::new(kind, ns, name))
+                .filter(|(_, _, _, c, _)| *c > 2)
+                .map(|(.., d)| d / 2.0)
+        });
+        // Not tracked: no series is made for it.
+        let untracked = ResourceKey::new("Machine", "default", "not-tracked");
+        m.set_release_etas(|k| {
+            if *k == untracked {
+                Some(1.0)
+            } else {
+                cases
+                    .iter()
+                    .find(|(ns, kind, name, ..)| *k == ResourceKey::new(kind, ns, name))
+                    .filter(|(_, _, _, c, _)| *c > 2)
+                    .map(|(.., d)| d / 2.0)
+            }
+        });
         let mut want = String::new();
         text::encode_registry(&mut want, &reference).unwrap();
         let mut got = String::new();
@@ -1416,6 +1480,7 @@ mod tests {
         // structs the code writes with, so their label names are exposed.
         let key = ResourceKey::new("OpenStackMachine", "ns", "m-1");
         m.set_resource(&key, 1, 60.0);
+        m.set_release_etas(|_| Some(30.0));
         let errors = ErrorLabels {
             namespace: "ns".into(),
             kind: "OpenStackMachine".into(),

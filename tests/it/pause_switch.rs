@@ -65,6 +65,13 @@ async fn a_pause_stops_releases_in_flight_within_a_tick_and_a_resume_lets_them_g
     ] {
         assert!(explained.contains(want), "{want:?} in\n{explained}");
     }
+    let eta = format!(
+        r#"remedy_resource_release_eta_seconds{{namespace="{ns}",kind="OpenStackMachine",name="osm-{:02}"}}"#,
+        MACHINES - 1
+    );
+    let (_, metrics) = remedy.get("/metrics").await.expect("metrics");
+    let before = crate::support::sample(&metrics, &eta);
+    assert!(before.is_some_and(|s| s > 1.0), "{eta}: {before:?}");
     let first = cli(
         &cluster.kubeconfig,
         &[
@@ -125,6 +132,12 @@ async fn a_pause_stops_releases_in_flight_within_a_tick_and_a_resume_lets_them_g
         "{explained}"
     );
     assert!(explained.contains("waits for: paused"), "{explained}");
+    let (_, metrics) = remedy.get("/metrics").await.expect("metrics");
+    assert_eq!(
+        crate::support::sample(&metrics, &eta),
+        None,
+        "no estimate while paused"
+    );
     assert!(!explained.contains("estimated release: in"), "{explained}");
 
     cli(

@@ -55,16 +55,18 @@ impl Engine {
         let retries = &st.retries;
         let pending = &self.pending;
         let mut held_keys = Vec::new();
-        let mut held_domain: HashMap<ResourceKey, Arc<str>> = HashMap::new();
+        // Held resources' domain and backoff: their place in line and
+        // release estimate (`explain`, remedy_resource_release_eta_seconds).
+        let mut held_domain: HashMap<ResourceKey, (Arc<str>, Duration)> = HashMap::new();
 
         // The store's objects as facts for the decision core.
         let mut t = st.core.begin(now);
         self.store.for_each(|key, e| {
             let name = t.domain_by().of(key, &e.view);
             let domain = t.domain(name);
-            if matches!(e.view.pause, PauseState::Ours { .. }) {
+            let held = matches!(e.view.pause, PauseState::Ours { .. });
+            if held {
                 held_keys.push(key.to_string());
-                held_domain.insert(key.clone(), domain.clone());
             }
             // Signals that predate remedy's own last write (a released or
             // remediated object whose controller has not reconciled yet)
@@ -93,6 +95,10 @@ impl Engine {
             } else {
                 e.view.crash_count.unwrap_or(0)
             };
+            let backoff_remaining = backoff.remaining(crashes, e.view.failure_time, wall);
+            if held {
+                held_domain.insert(key.clone(), (domain.clone(), backoff_remaining));
+            }
             t.fact(
                 key,
                 Fact {
@@ -112,7 +118,7 @@ impl Engine {
                         || retries.waiting(key, now),
                     holdable: profile.is_some_and(|p| p.hold.is_some()),
                     crash_count: crashes,
-                    backoff_remaining: backoff.remaining(crashes, e.view.failure_time, wall),
+                    backoff_remaining,
                     firing: firing
                         .iter()
                         .find(|s| s.matches(key, &e.view))
@@ -262,6 +268,7 @@ impl Engine {
         // Each waiting resource's place in its domain's line, in decide's
         // release order (lowest crash count first), for `explain`.
         st.release_order.clear();
+        let mut etas: HashMap<ResourceKey, f64> = HashMap::new();
         if leader {
             let domain_by = st.core.domain_by();
             let mut lines: HashMap<Arc<str>, Vec<ResourceKey>> = HashMap::new();
@@ -269,7 +276,7 @@ impl Engine {
                 // Held ones (most of the line) from this tick's facts; a
                 // remediation of an unheld object from the store.
                 let domain = match held_domain.get(key) {
-                    Some(d) => Some(d.clone()),
+                    Some((d, _)) => Some(d.clone()),
                     None => self
                         .store
                         .get(key)
@@ -279,13 +286,24 @@ impl Engine {
                     lines.entry(domain).or_default().push(key.clone());
                 }
             }
-            for line in lines.into_values() {
+            for (domain, line) in lines {
                 let n = line.len();
+                let open = st.core.breakers().is_open(&domain);
+                let rate = st.core.release_rate(&domain);
                 for (i, key) in line.into_iter().enumerate() {
+                    // Held ones only: a release estimate; none in an open
+                    // domain (no pace to go by).
+                    if let Some((_, backoff)) = held_domain.get(&key)
+                        && !open
+                        && let Some(s) = super::explain::eta(i + 1, rate, *backoff)
+                    {
+                        etas.insert(key.clone(), s);
+                    }
                     st.release_order.insert(key, (i + 1, n));
                 }
             }
         }
+        self.metrics.set_release_etas(|k| etas.get(k).copied());
         if leader {
             for (key, why) in d.waiting {
                 *waiting_counts
