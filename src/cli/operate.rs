@@ -309,6 +309,13 @@ pub fn render_explanation(x: &crate::daemon::engine::Explanation) -> String {
             x.backoff_remaining_seconds
         );
     }
+    if let Some(at) = x.controller_retries_at {
+        let _ = writeln!(
+            out,
+            "  its controller retries by itself at {} (remedy adds no wait)",
+            at.to_rfc3339()
+        );
+    }
     match (&x.waiting, x.pending) {
         (_, true) => {
             let _ = writeln!(out, "  a goal for it is queued or running");

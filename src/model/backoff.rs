@@ -3,8 +3,8 @@
 //! count or a huge base never overflows, it is simply capped.
 //!
 //! A profile may instead name the exact rule of the controller that owns the
-//! resource ([`BackoffModel`]): what remedy exports and waits for is then
-//! when that controller really retries.
+//! resource ([`BackoffModel`]): what remedy exports is then when that
+//! controller really retries, and remedy waits for nothing of its own.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -97,6 +97,22 @@ impl Effective<'_> {
             .and_then(|d| t.checked_add_signed(d))
             .and_then(|at| (at - now).to_std().ok())
             .unwrap_or(Duration::ZERO)
+    }
+
+    /// What remedy itself waits at `now` before it releases or remediates.
+    /// Under a controller model nothing: the model is when that controller
+    /// retries by itself, and remediating a verified recovery exists to
+    /// spare that wait (up to a day for brupop); the budget paces it.
+    pub fn wait(
+        self,
+        crash_count: u32,
+        failure_time: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Duration {
+        match self {
+            Self::Policy(_) => self.remaining(crash_count, failure_time, now),
+            Self::Model(_) => Duration::ZERO,
+        }
     }
 
     /// Whether the counters no longer count. A controller model never
@@ -281,6 +297,23 @@ mod tests {
         assert!(!e.is_stale(Some(t), day));
         assert!(policy.effective(None).is_stale(Some(t), day));
         assert_eq!(policy.effective(None).delay(2), policy.delay(2));
+    }
+
+    /// remedy waits out its own policy, never a controller's: resetting a
+    /// shadow's counters after a verified recovery is what spares brupop's
+    /// wait (the stack test remediates crash_count 3 shadows within
+    /// seconds, not 9 minutes).
+    #[test]
+    fn remedy_waits_for_its_policy_not_for_a_controllers_own_retry() {
+        let policy = BackoffPolicy::default();
+        let t: DateTime<Utc> = "2026-12-02T10:00:00Z".parse().unwrap();
+        let now: DateTime<Utc> = "2026-12-02T10:01:00Z".parse().unwrap();
+        let model = policy.effective(Some(BackoffModel::Brupop));
+        assert_eq!(model.remaining(3, Some(t), now), Duration::from_secs(480));
+        assert_eq!(model.wait(3, Some(t), now), Duration::ZERO);
+        let own = policy.effective(None);
+        assert_eq!(own.wait(3, Some(t), now), own.remaining(3, Some(t), now));
+        assert_eq!(own.wait(3, Some(t), now), Duration::from_secs(420));
     }
 
     #[test]

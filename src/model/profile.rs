@@ -68,8 +68,9 @@ pub struct Profile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<String>,
     /// The controller's own retry rule (`brupop`), when it backs off by
-    /// itself: the exported delay and the wait follow it instead of the
-    /// configured `backoff`, and counts are never forgotten.
+    /// itself: the exported delay follows it instead of the configured
+    /// `backoff`, counts are never forgotten, and remedy adds no wait of its
+    /// own (remediating is what spares the controller's wait).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff: Option<crate::model::backoff::BackoffModel>,
 }
@@ -806,8 +807,8 @@ pub fn builtins() -> Vec<Profile> {
             ..RemediationSpec::default()
         },
         label_selector: None,
-        // brupop retries by its own rule; what remedy exports and waits for
-        // is that rule, not the configured backoff.
+        // brupop retries by its own rule; what remedy exports is that rule,
+        // not the configured backoff.
         backoff: Some(crate::model::backoff::BackoffModel::Brupop),
     };
     vec![machine, cluster, openstack, aws, azure, bottlerocket]

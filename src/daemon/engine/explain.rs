@@ -34,8 +34,13 @@ pub struct Explanation {
     pub waiting: Option<String>,
     /// A goal for it is queued or running.
     pub pending: bool,
+    /// remedy's own wait before releasing or remediating it.
     pub backoff_remaining_seconds: f64,
     pub backoff_until: Option<DateTime<Utc>>,
+    /// Under a profile naming its controller's rule (brupop): when that
+    /// controller retries by itself; remedy adds no wait of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller_retries_at: Option<DateTime<Utc>>,
     /// 1-based place among the resources waiting to be released in its
     /// failure domain, lowest crash count first, and how many wait there.
     pub release_place: Option<(usize, usize)>,
@@ -79,7 +84,15 @@ impl Engine {
         let profile = self.store.profiles().get(e.profile)?;
         let backoff = self.store.backoff().effective(profile.backoff);
         let crashes = e.view.crash_count.unwrap_or(0);
-        let remaining = backoff.remaining(crashes, e.view.failure_time, wall);
+        let remaining = backoff.wait(crashes, e.view.failure_time, wall);
+        let controller_retries_at = profile
+            .backoff
+            .and_then(|_| {
+                let left = backoff.remaining(crashes, e.view.failure_time, wall);
+                chrono::Duration::from_std(left).ok()
+            })
+            .filter(|_| e.view.failure_time.is_some())
+            .and_then(|d| wall.checked_add_signed(d));
         let st = self.state.locked();
         let domain = st.core.domain_by().of(&key, &e.view).to_string();
         let breaker_open = st.core.breakers().is_open(&domain);
@@ -146,6 +159,7 @@ impl Engine {
                 .then(|| chrono::Duration::from_std(remaining).ok())
                 .flatten()
                 .and_then(|d| wall.checked_add_signed(d)),
+            controller_retries_at,
             release_place,
             release_rate_per_second: rate,
             eta_seconds,

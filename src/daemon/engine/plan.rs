@@ -95,7 +95,9 @@ impl Engine {
             } else {
                 e.view.crash_count.unwrap_or(0)
             };
-            let backoff_remaining = backoff.remaining(crashes, e.view.failure_time, wall);
+            // remedy's own wait: none under a controller's rule (brupop),
+            // whose wait a verified remediation exists to spare.
+            let backoff_remaining = backoff.wait(crashes, e.view.failure_time, wall);
             if held {
                 held_domain.insert(key.clone(), (domain.clone(), backoff_remaining));
             }
