@@ -40,7 +40,8 @@ build() {
   fi
   tmp=$(mktemp -d bin/crds/.tmp.XXXXXX)
   chmod 755 "$tmp"
-  # module@version  file in the module  (only the CRDs remedy or its tests use)
+  # module@version  file in the module  (only the CRDs remedy or its tests use;
+  # all of Cluster API's, which its real manager needs: testenv/capi.sh)
   while read -r m file; do
     dir=$(fetch "$m")
     cp "$dir/$file" "$tmp/"
@@ -48,6 +49,17 @@ build() {
   done <<EOF
 sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_machines.yaml
 sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_clusters.yaml
+sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_machinesets.yaml
+sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_machinedeployments.yaml
+sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_machinehealthchecks.yaml
+sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_machinepools.yaml
+sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_clusterclasses.yaml
+sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_machinedrainrules.yaml
+sigs.k8s.io/cluster-api@$capi config/crd/bases/addons.cluster.x-k8s.io_clusterresourcesets.yaml
+sigs.k8s.io/cluster-api@$capi config/crd/bases/addons.cluster.x-k8s.io_clusterresourcesetbindings.yaml
+sigs.k8s.io/cluster-api@$capi config/crd/bases/ipam.cluster.x-k8s.io_ipaddressclaims.yaml
+sigs.k8s.io/cluster-api@$capi config/crd/bases/ipam.cluster.x-k8s.io_ipaddresses.yaml
+sigs.k8s.io/cluster-api@$capi config/crd/bases/runtime.cluster.x-k8s.io_extensionconfigs.yaml
 sigs.k8s.io/cluster-api-provider-openstack@$CAPO config/crd/bases/infrastructure.cluster.x-k8s.io_openstackmachines.yaml
 sigs.k8s.io/cluster-api-provider-aws/v2@$CAPA config/crd/bases/infrastructure.cluster.x-k8s.io_awsmachines.yaml
 github.com/crossplane-contrib/provider-kubernetes@$XP_KUBERNETES package/crds/kubernetes.m.crossplane.io_objects.yaml

@@ -9,7 +9,7 @@ use crate::daemon::store::Store;
 use crate::daemon::watch;
 use crate::decide::budget::TokenBucket;
 use crate::metrics::{ActionKindLabels, Metrics};
-use crate::model::profile::Profile;
+use crate::model::profile::{Profile, RESUMED_ANNOTATION};
 use crate::model::view::ResourceKey;
 use crate::remediate::plan::{self, Done, Goal, Step};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -18,6 +18,9 @@ use kube::{Client, Resource};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::Mutex;
+
+/// The `action` label of a `hold.resume` touch.
+const RESUME: &str = "resume";
 
 /// Conflicts tolerated per goal before giving up until its retry.
 const MAX_CONFLICTS: u32 = 5;
@@ -317,6 +320,74 @@ impl Executor {
                     let err = self.classify_err(key, e);
                     self.metrics.action(action, err.label());
                     return Err(err);
+                }
+            }
+        }
+    }
+
+    /// Touches `keys` (objects of `profile`) after the hold on `released`
+    /// went, so their controller reconciles them now (`hold.resume`). Each
+    /// is one annotation write through the write limiter, as leader and
+    /// outside the pause switch. A failed one is counted and logged, not
+    /// retried: the controller's own resync still comes, only later.
+    pub async fn resume(&self, profile: &Profile, released: &ResourceKey, keys: &[ResourceKey]) {
+        let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let body = serde_json::json!({"metadata": {"annotations": {RESUMED_ANNOTATION: at}}});
+        for key in keys {
+            if self.dry_run {
+                self.metrics.action(RESUME, "dry_run");
+                tracing::info!(resource = %key, %released, "dry run: would touch it to resume it");
+                continue;
+            }
+            self.limiter.acquire().await;
+            if !self.leader.is_leader() {
+                self.metrics.action(RESUME, "not_leader");
+                return;
+            }
+            if self.pause.as_ref().is_some_and(|p| p.is_paused()) {
+                self.metrics.action(RESUME, "paused");
+                return;
+            }
+            let api = self.api(profile, key);
+            if let Some(store) = &self.own {
+                store.begin_write(key);
+            }
+            let res = api
+                .patch(&key.name, &PatchParams::default(), &Patch::Merge(&body))
+                .await;
+            if let Some(store) = &self.own {
+                let rv = res
+                    .as_ref()
+                    .ok()
+                    .and_then(|o| o.metadata.resource_version.as_deref());
+                store.end_write(key, rv);
+            }
+            match res {
+                Ok(obj) => {
+                    self.metrics.action(RESUME, "success");
+                    tracing::info!(resource = %key, %released, "touched: its controller reconciles it now that the hold is gone");
+                    let reference = obj.object_ref(&watch::api_resource(profile));
+                    let ev = Event {
+                        type_: EventType::Normal,
+                        reason: "Resumed".into(),
+                        note: Some(format!(
+                            "remedy removed its hold on {} {}: touched so its controller reconciles now, not at its resync",
+                            released.kind, released.name
+                        )),
+                        action: RESUME.into(),
+                        secondary: None,
+                    };
+                    if let Err(e) = self.recorder.publish(&ev, &reference).await {
+                        tracing::warn!(error = %e, reason = "Resumed", "could not publish Event");
+                    }
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    self.metrics.action(RESUME, "skipped");
+                }
+                Err(e) => {
+                    let err = self.classify_err(key, e);
+                    self.metrics.action(RESUME, err.label());
+                    tracing::warn!(error = %err, %released, "could not touch it after the hold went: its controller reconciles it at its resync");
                 }
             }
         }

@@ -34,6 +34,9 @@ pub const CAPI_SKIP_REMEDIATION: &str = "cluster.x-k8s.io/skip-remediation";
 /// An object with this annotation (any value) is not remedy's: it is not
 /// counted, held or remediated, as if it were not watched.
 pub const IGNORE_ANNOTATION: &str = "remedy.dev/ignore";
+/// Written by remedy on the objects of a hold's `resume` once the hold is
+/// removed (the time): the update is what makes their controller reconcile.
+pub const RESUMED_ANNOTATION: &str = "remedy.dev/resumed";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,6 +98,10 @@ pub struct FieldPaths {
     /// [`crate::model::domains::FIELD_LABEL`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failure_domain: Vec<String>,
+    /// Where the object names its owner, for `budget.per: {field: …}`;
+    /// kept among the view's labels as [`crate::model::owner::OWNER_LABEL`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owner: Vec<String>,
 }
 
 /// How a profile's controller is paused: an annotation (CAPI, Crossplane)
@@ -115,6 +122,24 @@ pub struct HoldSpec {
     /// not depend on it: remedy's record says which value it wrote.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
+    /// Objects whose controller does not requeue them when this hold goes
+    /// (CAPI's Machine controller ignores `Cluster.spec.paused` turning
+    /// false and waits for its 10-minute resync): remedy touches them
+    /// after it removes the hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<ResumeSpec>,
+}
+
+/// After a hold on an object X is removed, remedy writes
+/// [`RESUMED_ANNOTATION`] on each watched object of `kind` in X's namespace
+/// whose label `label` is X's name, so their controller reconciles them now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeSpec {
+    /// The kind of a watched profile (`Machine`).
+    pub kind: String,
+    /// The label naming the held object (`cluster.x-k8s.io/cluster-name`).
+    pub label: String,
 }
 
 /// Where a hold is written, resolved from a validated [`HoldSpec`].
@@ -133,6 +158,7 @@ impl HoldSpec {
             annotation: Some(key.into()),
             field: None,
             value: None,
+            resume: None,
         }
     }
 
@@ -314,7 +340,7 @@ impl Profile {
             return Err(empty("kind"));
         }
         let f = &self.fields;
-        let groups: [(&'static str, &Vec<String>); 7] = [
+        let groups: [(&'static str, &Vec<String>); 8] = [
             ("fields.failure_reason", &f.failure_reason),
             ("fields.failure_message", &f.failure_message),
             ("fields.conditions", &f.conditions),
@@ -322,6 +348,7 @@ impl Profile {
             ("fields.crash_count", &f.crash_count),
             ("fields.failure_time", &f.failure_time),
             ("fields.failure_domain", &f.failure_domain),
+            ("fields.owner", &f.owner),
         ];
         for (field, paths) in groups {
             for p in paths {
@@ -363,6 +390,14 @@ impl Profile {
             profile: self.name.clone(),
             why,
         };
+        if let Some(r) = &h.resume {
+            if r.kind.is_empty() {
+                return Err(bad("resume.kind is empty"));
+            }
+            if r.label.is_empty() || r.label.chars().any(char::is_whitespace) {
+                return Err(bad("resume.label must be a label key"));
+            }
+        }
         match h.target() {
             None => Err(bad("needs exactly one of `annotation` or `field`")),
             Some(HoldTarget::Annotation(a)) => {
@@ -427,6 +462,12 @@ impl Profile {
                             .and_then(Value::as_str)
                             .filter(|d| !d.is_empty())
                             .map(|d| (crate::model::domains::FIELD_LABEL, d)),
+                    )
+                    .chain(
+                        first(&obj.data, &self.fields.owner)
+                            .and_then(Value::as_str)
+                            .filter(|o| !o.is_empty())
+                            .map(|o| (crate::model::owner::OWNER_LABEL, o)),
                     ),
             ),
             deleting: meta.deletion_timestamp.is_some(),
@@ -989,6 +1030,7 @@ mod tests {
                 annotation: Some("crossplane.io/paused".into()),
                 field: None,
                 value: Some(Value::from("true")),
+                resume: None,
             }),
             remediation: RemediationSpec::default(),
             label_selector: None,
@@ -1078,6 +1120,7 @@ mod tests {
             annotation: None,
             field: Some("/spec/paused".into()),
             value: None,
+            resume: None,
         });
         p.validate().unwrap();
         let rec = record(Some(Value::Bool(true)));
@@ -1108,24 +1151,28 @@ mod tests {
             annotation: Some("a".into()),
             field: Some("/spec/paused".into()),
             value: None,
+            resume: None,
         });
         assert!(bad(&p).contains("exactly one"));
         p.hold = Some(HoldSpec {
             annotation: Some("crossplane.io/paused".into()),
             field: None,
             value: Some(Value::Bool(true)),
+            resume: None,
         });
         assert!(bad(&p).contains("string"));
         p.hold = Some(HoldSpec {
             annotation: None,
             field: Some("/status/paused".into()),
             value: None,
+            resume: None,
         });
         assert!(bad(&p).contains("under /spec"));
         p.hold = Some(HoldSpec {
             annotation: None,
             field: Some("/spec/paused".into()),
             value: Some(Value::Bool(false)),
+            resume: None,
         });
         assert!(bad(&p).contains("what pauses"));
         p.hold = Some(HoldSpec::annotation(HOLD_ANNOTATION));

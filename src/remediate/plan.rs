@@ -548,6 +548,7 @@ mod tests {
             annotation: Some("crossplane.io/paused".into()),
             field: None,
             value: Some(Value::from("true")),
+            resume: None,
         });
         let m = obj(json!({"apiVersion": "v", "kind": "K",
             "metadata": {"name": "o", "namespace": "d", "resourceVersion": "3"}}));
@@ -575,6 +576,7 @@ mod tests {
             annotation: None,
             field: Some("/spec/paused".into()),
             value: None,
+            resume: None,
         });
         let cl = obj(
             json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",

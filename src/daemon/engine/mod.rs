@@ -21,7 +21,7 @@ use crate::model::scope::{AlertRules, Scope};
 use crate::model::view::{PauseState, ResourceKey};
 use crate::record::kube::RecordApi;
 use crate::record::sync::Tracker;
-use crate::remediate::plan::Goal;
+use crate::remediate::plan::{Goal, Step};
 use crate::signals::verify::Verifier;
 use crate::signals::{AlertEvent, AlertStatus};
 use crate::supervise::{Heartbeat, Supervisor};
@@ -336,10 +336,15 @@ impl Engine {
                 {
                     Ok(out) => {
                         tracing::debug!(steps = ?out.steps, done = out.done.label(), gone = out.gone, "goal finished");
-                        let mut st = self.state.locked();
-                        st.retries.succeeded(&key);
-                        if goal == Goal::Remediate {
-                            st.episodes.done(&key);
+                        {
+                            let mut st = self.state.locked();
+                            st.retries.succeeded(&key);
+                            if goal == Goal::Remediate {
+                                st.episodes.done(&key);
+                            }
+                        }
+                        if out.steps.contains(&Step::Unpause) {
+                            self.resume_after(&profile, &key).await;
                         }
                     }
                     Err(crate::daemon::execute::ExecError::Paused { .. }) => {
@@ -364,6 +369,29 @@ impl Engine {
                 }
             }
             self.pending.finish(&key);
+        }
+    }
+
+    /// After the hold on `key` went: touch the objects its profile's
+    /// `hold.resume` names, found in the store (`remediate::resume`).
+    async fn resume_after(&self, profile: &Profile, key: &ResourceKey) {
+        let Some(spec) = profile.hold.as_ref().and_then(|h| h.resume.as_ref()) else {
+            return;
+        };
+        let Some(target) = self.store.profiles().iter().find(|p| p.kind == spec.kind) else {
+            return;
+        };
+        let mut objects = Vec::new();
+        self.store.for_each(|k, e| {
+            if *k.kind == *spec.kind && k.namespace == key.namespace {
+                objects.push((k.clone(), e.view.clone()));
+            }
+        });
+        let keys =
+            crate::remediate::resume::targets(spec, key, objects.iter().map(|(k, v)| (k, v)));
+        if !keys.is_empty() {
+            tracing::info!(resource = %key, objects = keys.len(), kind = %spec.kind, "hold removed: touching what its controller would not requeue");
+            self.executor.resume(target, key, &keys).await;
         }
     }
 
