@@ -63,6 +63,10 @@ pub struct BuiltinOverride {
     /// Only objects this label selector matches (see `Profile::label_selector`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<String>,
+    /// Replaces the built-in's hold, e.g. capi-cluster by `/spec/paused`
+    /// (which pauses every object of the Cluster) with its `resume`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<profile::HoldSpec>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -76,6 +80,10 @@ pub struct BudgetConfig {
     /// must be fast during an outage, but never a storm on the apiserver.
     pub writes_per_second: f64,
     pub write_burst: u32,
+    /// At most `max_in_flight` releases and remediations of one owner
+    /// unanswered at once (a MachineDeployment's, a CAPI cluster's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per: Option<crate::model::owner::PerOwner>,
 }
 
 impl Default for BudgetConfig {
@@ -85,6 +93,7 @@ impl Default for BudgetConfig {
             burst: 10,
             writes_per_second: 20.0,
             write_burst: 50,
+            per: None,
         }
     }
 }
@@ -507,6 +516,15 @@ impl Config {
         self.backoff
             .validate()
             .map_err(|e| ConfigError::invalid("backoff", e))?;
+        if let Some(per) = &self.budget.per {
+            per.validate()
+                .map_err(|e| ConfigError::invalid("budget.per", e))?;
+            if let Some(f) = &per.field {
+                for p in &mut profiles {
+                    p.fields.owner = vec![f.clone()];
+                }
+            }
+        }
         let b = &self.budget;
         if !(b.refill_per_second.is_finite() && b.refill_per_second > 0.0) {
             return Err(ConfigError::invalid(
@@ -726,6 +744,9 @@ impl Config {
                         p.version = v.clone();
                     }
                     p.label_selector = o.label_selector.clone().or(p.label_selector);
+                    if let Some(h) = &o.hold {
+                        p.hold = Some(h.clone());
+                    }
                     p
                 }
                 ProfileRef::Custom(p) => *p.clone(),
@@ -747,6 +768,20 @@ impl Config {
                 ));
             }
             out.push(p);
+        }
+        // remedy can touch only what it watches (it finds them in its store).
+        for (i, p) in out.iter().enumerate() {
+            if let Some(r) = p.hold.as_ref().and_then(|h| h.resume.as_ref())
+                && !out.iter().any(|o| o.kind == r.kind)
+            {
+                return Err(ConfigError::invalid(
+                    format!("profiles[{i}].hold.resume.kind"),
+                    format!(
+                        "{:?} is not the kind of a watched profile: remedy touches only objects it watches",
+                        r.kind
+                    ),
+                ));
+            }
         }
         Ok(out)
     }
@@ -774,6 +809,27 @@ mod tests {
         Config::from_yaml(yaml)
             .and_then(Config::validate)
             .expect_err("config should be rejected")
+    }
+
+    /// A Cluster held by `/spec/paused`, whose Machines remedy touches
+    /// after the release (CAPI's Machine controller would wait for its
+    /// resync): the override replaces the built-in's hold.
+    #[test]
+    fn a_cluster_hold_by_spec_with_its_machines_to_resume() {
+        let v = Config::from_yaml(
+            "profiles: [capi-machine, {builtin: capi-cluster, version: v1beta2, hold: {field: /spec/paused, resume: {kind: Machine, label: cluster.x-k8s.io/cluster-name}}}]\n",
+        )
+        .and_then(Config::validate)
+        .expect("valid");
+        let hold = v.profiles[1].hold.as_ref().expect("hold");
+        assert_eq!(hold.field.as_deref(), Some("/spec/paused"));
+        assert_eq!(hold.annotation, None);
+        let resume = hold.resume.as_ref().expect("resume");
+        assert_eq!(
+            (resume.kind.as_str(), resume.label.as_str()),
+            ("Machine", "cluster.x-k8s.io/cluster-name")
+        );
+        assert_eq!(v.profiles[1].version, "v1beta2");
     }
 
     #[test]
@@ -917,8 +973,24 @@ alerts:
                 "duplicate profile",
             ),
             (
+                "profiles: [{builtin: capi-cluster, hold: {field: /spec/paused, resume: {kind: Machine, label: cluster.x-k8s.io/cluster-name}}}]",
+                "profiles[0].hold.resume.kind",
+            ),
+            (
+                "profiles: [capi-machine, {builtin: capi-cluster, hold: {field: /spec/paused, resume: {kind: Machine, label: ''}}}]",
+                "resume.label",
+            ),
+            (
                 "budget: {refill_per_second: 0, burst: 1}",
                 "budget.refill_per_second",
+            ),
+            (
+                "budget: {per: {label: cluster.x-k8s.io/deployment-name, max_in_flight: 0}}",
+                "budget.per",
+            ),
+            (
+                "budget: {per: {label: a, field: /spec/b, max_in_flight: 1}}",
+                "budget.per",
             ),
             (
                 "breaker: {open_ratio: 0.1, close_ratio: 0.5, min_resources: 1, window: 1m, cooldown: 1m}",

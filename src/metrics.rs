@@ -286,6 +286,7 @@ pub mod values {
         "reset_counters",
         "skip_remediation",
         "remediate",
+        "resume",
     ];
     /// `execute.rs` results, including `ExecError::label`.
     pub const ACTION_RESULTS: &[&str] = &[
@@ -1416,10 +1417,15 @@ mod tests {
             // daemon/engine/plan.rs: decide's wait reasons, "settle" (held for an
             // alert not yet verified cleared) and "retry".
             ("remedy_waiting_resources", "reason") => {
-                let mut v: Vec<_> = [WaitReason::Breaker, WaitReason::Backoff, WaitReason::Budget]
-                    .iter()
-                    .map(WaitReason::label)
-                    .collect();
+                let mut v: Vec<_> = [
+                    WaitReason::Breaker,
+                    WaitReason::Backoff,
+                    WaitReason::Budget,
+                    WaitReason::Owner,
+                ]
+                .iter()
+                .map(WaitReason::label)
+                .collect();
                 v.extend(["settle", "retry"]);
                 v
             }

@@ -309,6 +309,13 @@ pub fn render_explanation(x: &crate::daemon::engine::Explanation) -> String {
             x.backoff_remaining_seconds
         );
     }
+    if let Some(o) = &x.owner {
+        let _ = writeln!(
+            out,
+            "  owner {}: {} of at most {} releases unanswered (budget.per)",
+            o.name, o.in_flight, o.max_in_flight
+        );
+    }
     if let Some(at) = x.controller_retries_at {
         let _ = writeln!(
             out,

@@ -380,6 +380,9 @@ pub enum WaitReason {
     Breaker,
     Backoff,
     Budget,
+    /// Its owner (`budget.per`) has `max_in_flight` releases whose answer
+    /// is not in yet.
+    Owner,
 }
 
 impl WaitReason {
@@ -388,6 +391,7 @@ impl WaitReason {
             Self::Breaker => "breaker",
             Self::Backoff => "backoff",
             Self::Budget => "budget",
+            Self::Owner => "owner",
         }
     }
 }
@@ -450,6 +454,55 @@ pub fn plan_paced<K: Clone + Ord>(
     now: Duration,
     max_per_tick: usize,
 ) -> ReleasePlan<K> {
+    plan_owned(
+        candidates,
+        domain,
+        &mut Owners::none(),
+        bucket,
+        now,
+        max_per_tick,
+    )
+}
+
+/// Per-owner room (`budget.per`): the owner of a candidate, as an index
+/// into `room`, and how many more of each owner may go this tick (its
+/// `max_in_flight` less its releases still in flight). A candidate
+/// without an owner is not limited.
+pub struct Owners<'a, K> {
+    pub of: &'a dyn Fn(&K) -> Option<usize>,
+    pub room: Vec<usize>,
+}
+
+impl<K> Owners<'_, K> {
+    pub fn none() -> Self {
+        Self {
+            of: &|_| None,
+            room: Vec::new(),
+        }
+    }
+
+    fn full(&self, key: &K) -> bool {
+        (self.of)(key).is_some_and(|o| self.room.get(o).copied().unwrap_or(0) == 0)
+    }
+
+    fn take(&mut self, key: &K) {
+        if let Some(r) = (self.of)(key).and_then(|o| self.room.get_mut(o)) {
+            *r = r.saturating_sub(1);
+        }
+    }
+}
+
+/// As [`plan_paced`], with each owner limited to its room in `owners`: a
+/// candidate whose owner has none left waits for `owner` and takes no
+/// token, so the next in line (another owner's) goes instead.
+pub fn plan_owned<K: Clone + Ord>(
+    candidates: &[Candidate<K>],
+    domain: impl Fn(&K) -> (usize, usize, bool),
+    owners: &mut Owners<'_, K>,
+    bucket: &mut TokenBucket,
+    now: Duration,
+    max_per_tick: usize,
+) -> ReleasePlan<K> {
     let mut order: Vec<(&Candidate<K>, usize, usize, bool)> = candidates
         .iter()
         .map(|c| {
@@ -488,6 +541,8 @@ pub fn plan_paced<K: Clone + Ord>(
             } else {
                 WaitReason::Budget
             })
+        } else if owners.full(&c.key) {
+            Some(WaitReason::Owner)
         } else if !c.backoff_remaining.is_zero() {
             Some(WaitReason::Backoff)
         } else if plan.release.len() < max_per_tick && bucket.try_take(now) {
@@ -500,6 +555,7 @@ pub fn plan_paced<K: Clone + Ord>(
                 if let Some(l) = left.get_mut(&share) {
                     *l = l.saturating_sub(1);
                 }
+                owners.take(&c.key);
                 plan.release.push(c.key.clone())
             }
             Some(r) => plan.waiting.push((c.key.clone(), r)),
@@ -770,6 +826,57 @@ mod tests {
         );
     }
 
+    /// `budget.per`: an owner with no room left waits (`owner`) and takes
+    /// no token; the next in line, another owner's or none's, goes.
+    #[test]
+    fn an_owner_at_its_max_in_flight_waits_and_others_go_in_its_place() {
+        let c = |key: &'static str, crash_count| Candidate {
+            key,
+            crash_count,
+            backoff_remaining: Duration::ZERO,
+        };
+        // md-a: a1..a4 (room 2); md-b: b1, b2 (room 0: two in flight);
+        // n1 has no owner label.
+        let cands = vec![
+            c("a1", 0),
+            c("a2", 0),
+            c("a3", 0),
+            c("a4", 0),
+            c("b1", 0),
+            c("b2", 1),
+            c("n1", 2),
+        ];
+        let of = |k: &&str| match k.as_bytes()[0] {
+            b'a' => Some(0),
+            b'b' => Some(1),
+            _ => None,
+        };
+        let mut owners = Owners {
+            of: &of,
+            room: vec![2, 0],
+        };
+        let mut bucket = TokenBucket::new(1.0, 10);
+        let plan = plan_owned(
+            &cands,
+            |_| (0, usize::MAX, false),
+            &mut owners,
+            &mut bucket,
+            secs(0),
+            10,
+        );
+        assert_eq!(plan.release, vec!["a1", "a2", "n1"]);
+        for k in ["a3", "a4", "b1", "b2"] {
+            assert!(
+                plan.waiting.contains(&(k, WaitReason::Owner)),
+                "{k}: {plan:?}"
+            );
+        }
+        assert_eq!(owners.room, vec![0, 0]);
+        // Only the three releases took tokens.
+        assert!((bucket.tokens(secs(0)) - 7.0).abs() < 1e-9);
+        assert_eq!(WaitReason::Owner.label(), "owner");
+    }
+
     #[test]
     fn domains_share_the_budget_and_an_open_domain_waits_alone() {
         let c = |key: &'static str, crash_count| Candidate {
@@ -971,6 +1078,7 @@ mod tests {
                     WaitReason::Backoff => prop_assert!(!open && in_backoff),
                     WaitReason::Budget => prop_assert!(!open && !in_backoff),
                     WaitReason::Breaker => prop_assert!(open),
+                    WaitReason::Owner => prop_assert!(false, "no owners here"),
                 }
             }
             // Nobody eligible waits on budget while a worse one got released.

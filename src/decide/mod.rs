@@ -13,7 +13,7 @@ pub mod recovery;
 pub mod retry;
 
 use crate::config::{BreakerConfig, BudgetConfig};
-use crate::decide::budget::{Candidate, Sample, TokenBucket, WaitReason, plan_paced};
+use crate::decide::budget::{Candidate, Owners, Sample, TokenBucket, WaitReason, plan_owned};
 use crate::model::domains::DomainBy;
 use breakers::Breakers;
 use pace::{Answer, Pace};
@@ -102,6 +102,8 @@ pub struct Fact {
     pub verified: bool,
     /// Remediation has something to write (failure fields, counters).
     pub has_work: bool,
+    /// Its owner under `budget.per` (`namespace/name`), if it names one.
+    pub owner: Option<Arc<str>>,
 }
 
 /// What the caller carries out.
@@ -190,6 +192,7 @@ impl CoreConfig {
 #[derive(Clone, Debug)]
 struct Flight {
     domain: Arc<str>,
+    owner: Option<Arc<str>>,
     at: Duration,
 }
 
@@ -213,8 +216,12 @@ pub struct Tick<'a, K> {
     samples: BTreeMap<Arc<str>, Sample>,
     breaker_holds: BTreeMap<Arc<str>, usize>,
     out: Decisions<K>,
-    candidates: Vec<(Candidate<K>, Action, Arc<str>)>,
+    candidates: Vec<Asking<K>>,
 }
+
+/// A candidate for release or remediation: what it asks, its domain and
+/// its owner (`budget.per`).
+type Asking<K> = (Candidate<K>, Action, Arc<str>, Option<Arc<str>>);
 
 impl<K: Clone + Ord + Hash> Core<K> {
     pub fn new(cfg: CoreConfig) -> Self {
@@ -266,6 +273,14 @@ impl<K: Clone + Ord + Hash> Core<K> {
             Some(r) => r.min(budget),
             None => budget,
         }
+    }
+
+    /// Releases of `owner` (`budget.per`) whose answer is not in yet.
+    pub fn in_flight(&self, owner: &str) -> usize {
+        self.flights
+            .values()
+            .filter(|f| f.owner.as_deref() == Some(owner))
+            .count()
     }
 
     /// Outcomes of releases seen so far: (succeeded, failed again).
@@ -401,6 +416,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 },
                 action,
                 f.domain,
+                f.owner,
             ));
         }
     }
@@ -469,27 +485,63 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             };
             allow.insert(d.clone(), (i, n, open || !core.resumed));
         }
-        let mut actions: HashMap<K, (Action, Arc<str>)> = HashMap::new();
+        let mut actions: HashMap<K, (Action, Arc<str>, Option<usize>)> = HashMap::new();
         let mut cands = Vec::with_capacity(candidates.len());
-        for (c, action, domain) in candidates {
-            actions.insert(c.key.clone(), (action, domain));
+        // budget.per: each owner's room is its max_in_flight less its
+        // releases whose answer is not in (flights).
+        let max_in_flight = core.cfg.budget.per.as_ref().map(|p| p.max_in_flight);
+        let mut owner_ids: HashMap<Arc<str>, usize> = HashMap::new();
+        let mut owner_names: Vec<Arc<str>> = Vec::new();
+        for (c, action, domain, owner) in candidates {
+            let id = owner.filter(|_| max_in_flight.is_some()).map(|o| {
+                *owner_ids.entry(o.clone()).or_insert_with(|| {
+                    owner_names.push(o);
+                    owner_names.len() - 1
+                })
+            });
+            actions.insert(c.key.clone(), (action, domain, id));
             cands.push(c);
         }
-        let plan = plan_paced(
+        let mut room: Vec<usize> = match max_in_flight {
+            Some(max) => vec![usize::try_from(max).unwrap_or(usize::MAX); owner_names.len()],
+            None => Vec::new(),
+        };
+        for f in core.flights.values() {
+            if let Some(r) = f
+                .owner
+                .as_ref()
+                .and_then(|o| owner_ids.get(o))
+                .and_then(|i| room.get_mut(*i))
+            {
+                *r = r.saturating_sub(1);
+            }
+        }
+        let of = |k: &K| actions.get(k).and_then(|(_, _, o)| *o);
+        let mut owners = Owners { of: &of, room };
+        let plan = plan_owned(
             &cands,
             |k| {
-                let d = actions.get(k).map(|(_, d)| d.as_ref()).unwrap_or("");
+                let d = actions.get(k).map(|(_, d, _)| d.as_ref()).unwrap_or("");
                 allow.get(d).copied().unwrap_or((0, 0, true))
             },
+            &mut owners,
             &mut core.bucket,
             now,
             core.cfg.max_per_tick(),
         );
         let mut spent: HashMap<Arc<str>, usize> = HashMap::new();
         for key in plan.release {
-            if let Some((action, domain)) = actions.remove(&key) {
+            if let Some((action, domain, owner)) = actions.remove(&key) {
                 *spent.entry(domain.clone()).or_insert(0) += 1;
-                core.flights.insert(key.clone(), Flight { domain, at: now });
+                let owner = owner.and_then(|i| owner_names.get(i).cloned());
+                core.flights.insert(
+                    key.clone(),
+                    Flight {
+                        domain,
+                        owner,
+                        at: now,
+                    },
+                );
                 out.actions.push((key, action));
             }
         }

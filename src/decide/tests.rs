@@ -51,6 +51,7 @@ fn fact(domain: &Arc<str>, pause: Pause, failing: bool, crash: u32) -> Fact {
         firing: None,
         verified: false,
         has_work: true,
+        owner: None,
     }
 }
 
@@ -196,6 +197,71 @@ fn probes_keep_a_dead_zone_open_and_release_a_live_one_at_a_growing_pace() {
     // Every zone 0 probe and zone 1's two probes before its cloud came
     // back failed again; all of zone 1's 40 came back.
     assert_eq!((ok, failed as usize), (40, probes + 2));
+}
+
+/// `budget.per`: an owner's releases unanswered count against its
+/// `max_in_flight`; its next goes once one is answered, while resources
+/// of other owners, or of none, are not held back.
+#[test]
+fn an_owner_has_at_most_max_in_flight_releases_unanswered() {
+    let mut c = cfg(false);
+    c.budget.per = Some(crate::model::owner::PerOwner {
+        label: Some("cluster.x-k8s.io/deployment-name".into()),
+        field: None,
+        max_in_flight: 2,
+    });
+    let mut core: Core<u32> = Core::new(c);
+    let d = core.domain("a");
+    let md0: Arc<str> = "ns/md-0".into();
+    let owned = |pause, fresh, owner: Option<&Arc<str>>| Fact {
+        fresh,
+        owner: owner.cloned(),
+        ..fact(&d, pause, false, 0)
+    };
+    // 1..=3 of md-0, 4 of no owner: all held by the breaker.
+    let held = |k: u32| owned(Pause::Breaker, true, (k <= 3).then_some(&md0));
+    let mut t = 1;
+    let first = loop {
+        let out = core.tick(Duration::from_secs(t), LEAD, (1..=4).map(|k| (k, held(k))));
+        if !out.actions.is_empty() {
+            break out;
+        }
+        t += 1;
+        assert!(t < 60, "the breaker never closed");
+    };
+    let released: Vec<u32> = first.actions.iter().map(|(k, _)| *k).collect();
+    assert_eq!(released, [1, 2, 4], "md-0 gets two, the ownerless one goes");
+    assert!(
+        first.waiting.contains(&(3, WaitReason::Owner)),
+        "{:?}",
+        first.waiting
+    );
+
+    // 1 and 2 released, their controller has not answered: 3 still waits.
+    let pending = |k: u32| match k {
+        1 | 2 => owned(Pause::No, false, Some(&md0)),
+        4 => owned(Pause::No, false, None),
+        _ => held(k),
+    };
+    let second = core.tick(
+        Duration::from_secs(t + 1),
+        LEAD,
+        (1..=4).map(|k| (k, pending(k))),
+    );
+    assert!(second.actions.is_empty(), "{:?}", second.actions);
+    assert_eq!(second.waiting, [(3, WaitReason::Owner)]);
+
+    // 1 answers healthy: room for one more of md-0.
+    let answered = |k: u32| match k {
+        1 => owned(Pause::No, true, Some(&md0)),
+        _ => pending(k),
+    };
+    let third = core.tick(
+        Duration::from_secs(t + 2),
+        LEAD,
+        (1..=4).map(|k| (k, answered(k))),
+    );
+    assert_eq!(third.actions, [(3, Action::Release)]);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! I/O. Profiles say where a kind keeps its fields and how it is held; the
 //! view is a resource projected through its profile; classification says
 //! whether a failure is transient or terminal; backoff, scopes and failure
-//! domains are the vocabulary the decisions in `decide` are made in.
+//! domains and owners are the vocabulary the decisions in `decide` are made in.
 //!
 //! May import: `config`, serde, regex, chrono and kube's data types
 //! (`kube::core`). Never tokio, kube's client, reqwest or `daemon`
@@ -11,6 +11,7 @@
 pub mod backoff;
 pub mod classify;
 pub mod domains;
+pub mod owner;
 pub mod profile;
 pub mod scope;
 pub mod view;

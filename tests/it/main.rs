@@ -4,6 +4,7 @@
 mod admission;
 mod alert_loop;
 mod apiserver_429;
+mod capi_real;
 mod cli;
 mod crds;
 mod crossplane;
@@ -23,6 +24,7 @@ mod listener;
 mod opt_out;
 mod otlp;
 mod pause_switch;
+mod per_owner;
 mod provider_rules;
 mod rbac;
 mod record_trust;

@@ -34,6 +34,10 @@ pub struct Explanation {
     pub waiting: Option<String>,
     /// A goal for it is queued or running.
     pub pending: bool,
+    /// Its owner under `budget.per` (`namespace/name`), that owner's
+    /// releases unanswered and its `max_in_flight`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<OwnerView>,
     /// remedy's own wait before releasing or remediating it.
     pub backoff_remaining_seconds: f64,
     pub backoff_until: Option<DateTime<Utc>>,
@@ -51,6 +55,13 @@ pub struct Explanation {
     /// open or the pause switch is set (no pace to estimate from).
     pub eta_seconds: Option<f64>,
     pub paused: Option<Paused>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct OwnerView {
+    pub name: String,
+    pub in_flight: usize,
+    pub max_in_flight: u32,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -109,6 +120,14 @@ impl Engine {
             }
         }
         let release_place = st.release_order.get(&key).copied();
+        let owner = st.core.config().budget.per.as_ref().and_then(|per| {
+            let name = per.of(&key, &e.view)?;
+            Some(OwnerView {
+                in_flight: st.core.in_flight(&name),
+                max_in_flight: per.max_in_flight,
+                name,
+            })
+        });
         let paused = self.pause.get().and_then(|p| p.state());
         let eta_seconds = match release_place {
             Some((place, _)) if !breaker_open && paused.is_none() => eta(place, rate, remaining),
@@ -154,6 +173,7 @@ impl Engine {
             remediating_alerts,
             waiting,
             pending: self.pending.contains(&key),
+            owner,
             backoff_remaining_seconds: remaining.as_secs_f64(),
             backoff_until: (!remaining.is_zero())
                 .then(|| chrono::Duration::from_std(remaining).ok())

@@ -60,6 +60,7 @@ impl Engine {
         let mut held_domain: HashMap<ResourceKey, (Arc<str>, Duration)> = HashMap::new();
 
         // The store's objects as facts for the decision core.
+        let per_owner = st.core.config().budget.per.clone();
         let mut t = st.core.begin(now);
         self.store.for_each(|key, e| {
             let name = t.domain_by().of(key, &e.view);
@@ -130,6 +131,10 @@ impl Engine {
                     verified: episodes.targets(key)
                         && verified.iter().any(|s| s.matches(key, &e.view)),
                     has_work: profile.is_some_and(|p| has_work(p, e)),
+                    owner: per_owner
+                        .as_ref()
+                        .and_then(|p| p.of(key, &e.view))
+                        .map(Arc::from),
                 },
             );
         });
@@ -327,7 +332,9 @@ impl Engine {
         st.retries.retain(|k| store.get(k).is_some());
 
         for p in profiles {
-            for reason in ["breaker", "backoff", "budget", "settle", RETRY] {
+            use crate::decide::budget::WaitReason as W;
+            let decided = [W::Breaker, W::Backoff, W::Budget, W::Owner].map(|w| w.label());
+            for reason in decided.into_iter().chain(["settle", RETRY]) {
                 let n = waiting_counts
                     .get(&(p.kind.clone(), reason))
                     .copied()

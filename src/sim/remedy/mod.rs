@@ -21,6 +21,10 @@ use std::time::Duration;
 /// The zone label a zoned fleet's domains are keyed by.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
+/// Under `budget.per`, the simulated fleet's owners are runs of this many
+/// consecutive resources (a MachineDeployment's Machines).
+pub const OWNER_GROUP: u32 = 20;
+
 /// remedy's parameters in the simulator: the daemon's config sections.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RemedyParams {
@@ -126,6 +130,8 @@ pub struct Remedy {
     core: Core<u32>,
     zones: Vec<Arc<str>>,
     zone_sizes: Vec<u32>,
+    /// Under `budget.per`: owner `i` has resources `i·OWNER_GROUP..`.
+    owners: Vec<Arc<str>>,
     /// The provider's requeues: controller-runtime's default limiter.
     provider: ClientGoDefault,
     crash: Vec<u32>,
@@ -159,11 +165,18 @@ impl Remedy {
             .map(|z| (0..s.resources).filter(|id| s.zone_of(*id) == z).count() as u32)
             .collect();
         let n = s.resources as usize;
+        let owners = match p.core.budget.per {
+            Some(_) => (0..s.resources.div_ceil(OWNER_GROUP))
+                .map(|g| Arc::from(format!("sim/md-{g}")))
+                .collect(),
+            None => Vec::new(),
+        };
         Self {
             name: "remedy",
             core,
             zones,
             zone_sizes,
+            owners,
             provider: ClientGoDefault::new(s.controllers),
             crash: vec![0; n],
             failure_time: vec![None; n],
@@ -248,6 +261,7 @@ pub fn fact(backoff: &BackoffPolicy, domain: Arc<str>, f: &SimFact, now: Ms) -> 
         firing: None,
         verified: false,
         has_work: true,
+        owner: None,
     }
 }
 
@@ -283,7 +297,14 @@ impl Policy for Remedy {
                 troubled[z] = true;
             }
             let domain = self.zones[z].clone();
-            t.fact(id, fact(&self.p.backoff, domain, f, now));
+            let owner = self.owners.get((id / OWNER_GROUP) as usize).cloned();
+            t.fact(
+                id,
+                Fact {
+                    owner,
+                    ..fact(&self.p.backoff, domain, f, now)
+                },
+            );
         }
         for (z, n) in quiet.iter().enumerate() {
             t.quiet(&self.zones[z], *n);
