@@ -80,3 +80,37 @@ fn owners_never_exceed_max_in_flight_and_the_fleet_recovers() {
         "every resource healthy again: {report:?}"
     );
 }
+
+/// The shipped config (deploy/base/config.yaml) against the target in the
+/// README, "Shipped defaults": 1,000 machines, all held in a 10-minute
+/// outage of a cloud with a 20 calls/s quota, are all healthy within 10
+/// minutes of its return, and after it remedy never goes above half the
+/// quota. At the old 0.5/s it took 33 min.
+#[test]
+fn the_shipped_defaults_bring_1000_held_machines_back_within_10_minutes() {
+    let cfg = crate::config::Config::from_yaml(include_str!("../../../deploy/base/config.yaml"))
+        .expect("the shipped config parses");
+    cfg.clone()
+        .validate()
+        .expect("the shipped config validates");
+    let s = Scenario {
+        resources: 1000,
+        controllers: 10,
+        api_limit: 20,
+        outage: Duration::from_secs(600),
+        after: Duration::from_secs(3600),
+        failing: 1.0,
+        ..Scenario::default_for(Mode::Correlated)
+    };
+    let mut sim = Remedy::new(RemedyParams::from_config(&cfg), &s);
+    let fleet = crate::sim::engine::Fleet::new(&s);
+    let r = crate::sim::engine::run_policy(&s, &fleet, &mut sim, 1);
+    assert_eq!(r.failing_at_end, 1000, "all of them failed: {r:?}");
+    let back = r.t100_ms.expect("every machine back");
+    assert!(back <= 600_000, "back after {back} ms");
+    assert!(
+        r.peak_after <= 10,
+        "peak {}/s after the outage",
+        r.peak_after
+    );
+}
