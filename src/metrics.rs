@@ -287,6 +287,7 @@ pub mod values {
         "skip_remediation",
         "remediate",
         "resume",
+        "note",
     ];
     /// `execute.rs` results, including `ExecError::label`.
     pub const ACTION_RESULTS: &[&str] = &[

@@ -289,6 +289,14 @@ impl Executor {
                     self.event(profile, &updated, goal, step).await;
                     steps.push(step);
                     conflicts = 0;
+                    // A note is one write: no read to confirm it.
+                    if step == Step::Note {
+                        return Ok(Outcome {
+                            steps,
+                            done: Done::Complete,
+                            gone: false,
+                        });
+                    }
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     self.metrics.action(action, "conflict");
@@ -431,7 +439,29 @@ impl Executor {
     async fn event(&self, profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) {
         let ar = watch::api_resource(profile);
         let reference = obj.object_ref(&ar);
-        let (reason, note) = match step {
+        let (reason, note): (&str, &str) = match (step, goal) {
+            // Each change of a held resource's state: the note itself.
+            (Step::Note, Goal::Note(text)) => ("Waiting", text.as_str()),
+            (step, _) => Self::said(step, goal),
+        };
+        let ev = Event {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: Some(note.into()),
+            action: step.action(goal).into(),
+            secondary: None,
+        };
+        // An Event is a report, not part of the action: failing to write it
+        // must not fail or repeat the action. Not leader-gated for the same
+        // reason: it reports a write this instance made while it led.
+        if let Err(e) = self.recorder.publish(&ev, &reference).await {
+            tracing::warn!(error = %e, reason, "could not publish Event");
+        }
+    }
+
+    /// The Event for a step: (reason, note).
+    fn said(step: Step, goal: &Goal) -> (&'static str, &'static str) {
+        match step {
             Step::Hold => ("Held", "remedy paused reconciliation during a cloud outage"),
             Step::Unpause if *goal == Goal::Release => (
                 "Released",
@@ -457,19 +487,7 @@ impl Executor {
                 "CountersReset",
                 "remedy reset crash counters after the outage cleared",
             ),
-        };
-        let ev = Event {
-            type_: EventType::Normal,
-            reason: reason.into(),
-            note: Some(note.into()),
-            action: step.action(goal).into(),
-            secondary: None,
-        };
-        // An Event is a report, not part of the action: failing to write it
-        // must not fail or repeat the action. Not leader-gated for the same
-        // reason: it reports a write this instance made while it led.
-        if let Err(e) = self.recorder.publish(&ev, &reference).await {
-            tracing::warn!(error = %e, reason, "could not publish Event");
+            Step::Note => ("Waiting", "remedy updated its note on why this is held"),
         }
     }
 }

@@ -15,3 +15,4 @@ pub mod owner;
 pub mod profile;
 pub mod scope;
 pub mod view;
+pub mod why;

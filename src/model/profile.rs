@@ -37,6 +37,9 @@ pub const IGNORE_ANNOTATION: &str = "remedy.dev/ignore";
 /// Written by remedy on the objects of a hold's `resume` once the hold is
 /// removed (the time): the update is what makes their controller reconcile.
 pub const RESUMED_ANNOTATION: &str = "remedy.dev/resumed";
+/// remedy's note on a resource it holds: why, and what it waits for
+/// (`model::why`); removed with the hold.
+pub const WHY_ANNOTATION: &str = "remedy.dev/why";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -476,6 +479,9 @@ impl Profile {
         let empty = BTreeMap::new();
         let annotations = meta.annotations.as_ref().unwrap_or(&empty);
         view.ignored = annotations.contains_key(IGNORE_ANNOTATION);
+        view.why = annotations
+            .get(WHY_ANNOTATION)
+            .map_or(0, |t| crate::model::why::digest(t));
         view.pause = self.pause_state(annotations, &obj.data);
         view.skip_remediation = match self
             .remediation

@@ -130,6 +130,9 @@ pub struct ResourceView {
     /// Carries `remedy.dev/ignore`: not remedy's to count, hold or
     /// remediate.
     pub ignored: bool,
+    /// [`crate::model::why::digest`] of remedy's note (`remedy.dev/why`),
+    /// 0 without one: enough to tell whether a new note differs.
+    pub why: u64,
     /// Fields the profile names that exist but have the wrong type. Such a
     /// resource is reported unclassifiable and never touched.
     pub malformed: Vec<&'static str>,

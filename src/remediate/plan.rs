@@ -5,7 +5,7 @@
 
 use crate::model::profile::{
     CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, HoldRecord, HoldTarget, Profile,
-    SKIP_MARKER,
+    SKIP_MARKER, WHY_ANNOTATION,
 };
 use crate::model::view::{Owner, PauseState};
 use kube::api::DynamicObject;
@@ -25,6 +25,9 @@ pub enum Goal {
     /// The triggering condition is verified cleared: clear failure status,
     /// reset counters and undo our hold.
     Remediate,
+    /// Write remedy's note (`remedy.dev/why`) on a resource it holds; never
+    /// on one it does not.
+    Note(String),
 }
 
 impl Goal {
@@ -33,6 +36,7 @@ impl Goal {
             Self::Hold(_) => "hold",
             Self::Release => "release",
             Self::Remediate => "remediate",
+            Self::Note(_) => "note",
         }
     }
 }
@@ -46,6 +50,8 @@ pub enum Step {
     RemoveSkipRemediation,
     /// Removes our pause. Reported as `release` or `unpause` by goal.
     Unpause,
+    /// Writes the note of a held resource.
+    Note,
 }
 
 impl Step {
@@ -60,6 +66,7 @@ impl Step {
                 Goal::Release => "release",
                 _ => "unpause",
             },
+            Self::Note => "note",
         }
     }
 
@@ -131,6 +138,18 @@ pub fn next_step(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> Result<
                 Ok(Step::RemoveSkipRemediation)
             } else {
                 Ok(Step::Unpause)
+            }
+        }
+        Goal::Note(text) => {
+            let current = obj
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(WHY_ANNOTATION));
+            if ours && current != Some(text) {
+                Ok(Step::Note)
+            } else {
+                Err(Done::Complete)
             }
         }
         Goal::Remediate => {
@@ -209,6 +228,15 @@ pub fn patch(profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) ->
         Step::Unpause => {
             let mut a = Map::new();
             a.insert(HOLD_ANNOTATION.into(), Value::Null);
+            // The note goes with the hold it explained.
+            if obj
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(WHY_ANNOTATION))
+            {
+                a.insert(WHY_ANNOTATION.into(), Value::Null);
+            }
             let mut body = meta(Value::Object(a));
             set_pause(profile, &mut body, Value::Null);
             body
@@ -216,6 +244,13 @@ pub fn patch(profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) ->
         Step::SetSkipRemediation => {
             let mut a = Map::new();
             a.insert(skip_key, Value::from(SKIP_MARKER));
+            meta(Value::Object(a))
+        }
+        Step::Note => {
+            let mut a = Map::new();
+            if let Goal::Note(text) = goal {
+                a.insert(WHY_ANNOTATION.into(), Value::from(text.as_str()));
+            }
             meta(Value::Object(a))
         }
         Step::RemoveSkipRemediation => {
@@ -390,6 +425,47 @@ mod tests {
             crash_count: 2,
             value: None,
         }
+    }
+
+    /// The note goes only on a resource remedy holds, only when its text
+    /// differs, and leaves with the hold.
+    #[test]
+    fn a_note_is_written_on_a_held_resource_when_it_changes_and_goes_with_the_hold() {
+        let p = builtin("openstack-machine").unwrap();
+        let free = obj(json!({"apiVersion": "v", "kind": "K",
+            "metadata": {"name": "o", "namespace": "d", "resourceVersion": "3"}}));
+        let note = Goal::Note("held; waits for budget".into());
+        assert_eq!(
+            next_step(&p, &free, &note),
+            Err(Done::Complete),
+            "not held: no note"
+        );
+        let held =
+            apply_locally(&free, &patch(&p, &free, &Goal::Hold(record()), Step::Hold)).unwrap();
+        assert_eq!(next_step(&p, &held, &note), Ok(Step::Note));
+        let noted = apply_locally(&held, &patch(&p, &held, &note, Step::Note)).unwrap();
+        let a = noted.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(
+            a.get(WHY_ANNOTATION).map(String::as_str),
+            Some("held; waits for budget")
+        );
+        assert_eq!(
+            next_step(&p, &noted, &note),
+            Err(Done::Complete),
+            "same text: no write"
+        );
+        assert_eq!(
+            next_step(&p, &noted, &Goal::Note("held; waits for breaker".into())),
+            Ok(Step::Note)
+        );
+        assert_eq!(Step::Note.action(&note), "note");
+        let released =
+            apply_locally(&noted, &patch(&p, &noted, &Goal::Release, Step::Unpause)).unwrap();
+        let a = released.metadata.annotations.unwrap_or_default();
+        assert!(
+            !a.contains_key(WHY_ANNOTATION) && !a.contains_key(HOLD_ANNOTATION),
+            "{a:?}"
+        );
     }
 
     #[test]

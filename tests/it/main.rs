@@ -45,4 +45,5 @@ mod user_agent;
 mod utf8_labels;
 mod watch_expiry;
 mod watch_restart;
+mod why_note;
 mod write_back;

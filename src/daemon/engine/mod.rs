@@ -68,6 +68,12 @@ struct State {
     /// Place in its domain's release order and the length of that line,
     /// as of the last tick (`explain`).
     release_order: HashMap<ResourceKey, (usize, usize)>,
+    /// Paces notes (`remedy.dev/why`): a twentieth of the write pace, so
+    /// a fleet's notes never crowd the apiserver or the writes that matter.
+    notes: crate::decide::budget::TokenBucket,
+    /// `remedy_apiserver_throttled_total` as last seen and when it last
+    /// moved (engine clock): notes wait out [`NOTE_QUIET`] after a 429.
+    throttled_seen: (u64, Option<Duration>),
 }
 
 pub struct Engine {
@@ -134,6 +140,11 @@ impl Engine {
                 retries: Retries::default(),
                 firing_proof_at: None,
                 release_order: HashMap::new(),
+                notes: crate::decide::budget::TokenBucket::new(
+                    (cfg.budget.writes_per_second / 20.0).max(0.2),
+                    NOTE_BURST,
+                ),
+                throttled_seen: (0, None),
             }),
             pending: Pending::default(),
             recovery: Mutex::new(recovery::Schedule::default()),
@@ -347,6 +358,13 @@ impl Engine {
                             self.resume_after(&profile, &key).await;
                         }
                     }
+                    Err(e) if matches!(goal, Goal::Note(_)) => {
+                        // A note is a courtesy: a failed one is not retried
+                        // with backoff (that would change the resource's
+                        // wait, and so its note); the next tick offers it
+                        // again within the note pace.
+                        tracing::debug!(resource = %key, error = %e, "note not written");
+                    }
                     Err(crate::daemon::execute::ExecError::Paused { .. }) => {
                         // Not a failure: planned again once the switch is
                         // cleared, with no backoff to serve.
@@ -404,6 +422,14 @@ impl Engine {
         }
     }
 }
+
+/// Notes that may go at once (`State::notes`): one, so notes queued while
+/// the apiserver was throttling come back at their pace, not as a burst.
+const NOTE_BURST: u32 = 1;
+
+/// No notes for this long after the apiserver last answered 429: while it
+/// pushes back, the writes that matter get what it allows.
+const NOTE_QUIET: Duration = Duration::from_secs(30);
 
 /// How long the engine loop may go without a beat before /healthz fails:
 /// three missed ticks, beyond the longest single wait inside a tick (a

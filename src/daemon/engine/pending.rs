@@ -27,11 +27,27 @@ pub(super) struct Pending {
 }
 
 impl Pending {
-    /// Adds unless the resource already has a goal queued or running.
+    /// Adds unless the resource already has a goal queued or running. A
+    /// queued note gives way to any other goal (a release removes the note
+    /// anyway): it never holds back a hold, release or remediation.
     pub(super) fn offer(&self, key: ResourceKey, goal: Goal) -> bool {
         let mut g = self.goals.locked();
-        if g.queued_keys.contains(&key) || g.running.contains(&key) {
+        if g.running.contains(&key) {
             return false;
+        }
+        if g.queued_keys.contains(&key) {
+            if matches!(goal, Goal::Note(_)) {
+                return false;
+            }
+            let Some(slot) = g
+                .queued
+                .iter_mut()
+                .find(|(k, q)| *k == key && matches!(q, Goal::Note(_)))
+            else {
+                return false;
+            };
+            slot.1 = goal;
+            return true;
         }
         g.queued_keys.insert(key.clone());
         g.queued.push_back((key, goal));
@@ -40,10 +56,15 @@ impl Pending {
         true
     }
 
-    /// Whether the resource has a goal queued or running.
+    /// Whether the resource has a goal queued or running, a queued note
+    /// aside (it gives way: `offer`).
     pub(super) fn contains(&self, key: &ResourceKey) -> bool {
         let g = self.goals.locked();
-        g.queued_keys.contains(key) || g.running.contains(key)
+        g.running.contains(key)
+            || (g.queued_keys.contains(key)
+                && g.queued
+                    .iter()
+                    .any(|(k, q)| k == key && !matches!(q, Goal::Note(_))))
     }
 
     /// The first queued goal, now running.
@@ -130,6 +151,22 @@ mod tests {
         p.finish(&k);
         assert!(!p.contains(&k));
         assert!(p.offer(key("a"), Goal::Release));
+    }
+
+    #[test]
+    fn a_queued_note_gives_way_to_any_other_goal() {
+        let p = Pending::default();
+        assert!(p.offer(key("a"), Goal::Note("waits".into())));
+        assert!(!p.contains(&key("a")), "a note does not make it planned");
+        assert!(!p.offer(key("a"), Goal::Note("other".into())));
+        assert!(
+            p.offer(key("a"), Goal::Release),
+            "the release takes its place"
+        );
+        assert!(p.contains(&key("a")));
+        assert_eq!(p.len(), 1);
+        assert_eq!(p.take(), Some((key("a"), Goal::Release)));
+        assert!(!p.offer(key("a"), Goal::Note("x".into())), "running");
     }
 
     #[test]

@@ -58,6 +58,7 @@ impl Engine {
         // Held resources' domain and backoff: their place in line and
         // release estimate (`explain`, remedy_resource_release_eta_seconds).
         let mut held_domain: HashMap<ResourceKey, (Arc<str>, Duration)> = HashMap::new();
+        let mut not_before: HashMap<ResourceKey, DateTime<Utc>> = HashMap::new();
 
         // The store's objects as facts for the decision core.
         let per_owner = st.core.config().budget.per.clone();
@@ -99,6 +100,18 @@ impl Engine {
             // remedy's own wait: none under a controller's rule (brupop),
             // whose wait a verified remediation exists to spare.
             let backoff_remaining = backoff.wait(crashes, e.view.failure_time, wall);
+            if held && !backoff_remaining.is_zero() {
+                // A fixed deadline for the note, not one that moves with
+                // this tick's clock.
+                let at = e.view.failure_time.and_then(|t| {
+                    chrono::Duration::from_std(backoff.delay(crashes))
+                        .ok()
+                        .and_then(|d| t.checked_add_signed(d))
+                });
+                if let Some(at) = at {
+                    not_before.insert(key.clone(), at);
+                }
+            }
             if held {
                 held_domain.insert(key.clone(), (domain.clone(), backoff_remaining));
             }
@@ -325,6 +338,24 @@ impl Engine {
                 waiting.insert(key.to_string(), RETRY.to_string());
             }
         }
+        let throttled = self.metrics.apiserver_throttled.get();
+        if throttled != st.throttled_seen.0 {
+            st.throttled_seen = (throttled, Some(now));
+        }
+        let quiet = st
+            .throttled_seen
+            .1
+            .is_none_or(|at| now.saturating_sub(at) >= super::NOTE_QUIET);
+        if leader && !paused && quiet {
+            self.offer_notes(
+                &held_domain,
+                &waiting,
+                &not_before,
+                per_owner.as_ref(),
+                &mut st.notes,
+                now,
+            );
+        }
         // Drop plan markers the watch has caught up with.
         let store = &self.store;
         st.planned_at_rv
@@ -451,6 +482,53 @@ impl Engine {
             over.insert(s);
         }
         over
+    }
+
+    /// Queues remedy's note (`remedy.dev/why`) on held resources whose note
+    /// would change, after this tick's holds and releases and at the notes'
+    /// own pace (`State::notes`), so notes never crowd out the writes that
+    /// matter.
+    fn offer_notes(
+        &self,
+        held: &HashMap<ResourceKey, (Arc<str>, Duration)>,
+        waiting: &BTreeMap<String, String>,
+        not_before: &HashMap<ResourceKey, DateTime<Utc>>,
+        per_owner: Option<&crate::model::owner::PerOwner>,
+        pace: &mut crate::decide::budget::TokenBucket,
+        now: Duration,
+    ) {
+        for (key, (domain, _)) in held {
+            if pace.tokens(now) < 1.0 {
+                break;
+            }
+            // Nothing planned for it (a goal queued or running): no note.
+            let Some(waits) = waiting.get(&key.to_string()) else {
+                continue;
+            };
+            let Some(e) = self.store.get(key) else {
+                continue;
+            };
+            let PauseState::Ours {
+                reason: Some(hold), ..
+            } = &e.view.pause
+            else {
+                continue;
+            };
+            let owner = per_owner.and_then(|p| p.of(key, &e.view));
+            let text = crate::model::why::Why {
+                hold,
+                domain,
+                waits,
+                not_before: not_before.get(key).copied().filter(|_| waits == "backoff"),
+                owner: owner.as_deref().filter(|_| waits == "owner"),
+            }
+            .text();
+            if crate::model::why::digest(&text) != e.view.why
+                && self.pending.offer(key.clone(), Goal::Note(text))
+            {
+                pace.try_take(now);
+            }
+        }
     }
 }
 

@@ -60,11 +60,25 @@ fn verify_all(e: &Engine) {
     }
 }
 
+/// The queued holds, releases and remediations (notes aside: `notes`).
 fn pending(e: &Engine) -> Vec<(String, &'static str)> {
     let g = e.pending.goals.lock().unwrap();
     g.queued
         .iter()
+        .filter(|(_, goal)| !matches!(goal, Goal::Note(_)))
         .map(|(k, goal)| (k.name.to_string(), goal.label()))
+        .collect()
+}
+
+/// The queued notes: (name, text).
+fn notes(e: &Engine) -> Vec<(String, String)> {
+    let g = e.pending.goals.lock().unwrap();
+    g.queued
+        .iter()
+        .filter_map(|(k, goal)| match goal {
+            Goal::Note(t) => Some((k.name.to_string(), t.clone())),
+            _ => None,
+        })
         .collect()
 }
 
@@ -182,6 +196,43 @@ fn held_osm_crashed(name: &str, failing: bool, reason: &str, crash_count: u32) -
         json!({CAPI_PAUSED: crate::model::profile::PAUSE_MARKER, crate::model::profile::HOLD_ANNOTATION: record,
                crate::model::profile::CRASH_ANNOTATION: crash_count.to_string()}),
     )
+}
+
+/// #27.1: a held resource gets remedy's note (`remedy.dev/why`) saying why
+/// it is held and what it waits for; once the object carries that text no
+/// note is queued again (a new state's note: tests/it/why_note.rs).
+#[tokio::test]
+async fn held_resources_get_a_note_only_when_their_state_changes() {
+    let mut c = cfg();
+    c.breaker.min_resources = 1000;
+    c.breaker.cooldown = Duration::from_secs(3600);
+    let (e, store) = engine(&c, true);
+    let held = held_osm("h0", false, BREAKER_REASON);
+    store.apply(0, &held);
+    e.tick().await;
+    e.tick().await;
+    let queued = notes(&e);
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    let (name, text) = &queued[0];
+    assert_eq!(name, "h0");
+    assert!(
+        text.starts_with("held by remedy: the outage breaker of failure domain cluster opened; waits for the outage breaker of cluster to close"),
+        "{text}"
+    );
+    // The note was written (as the executor would): nothing more queued.
+    e.pending.cancel(|_, _| true);
+    let mut noted = held.clone();
+    noted
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(crate::model::profile::WHY_ANNOTATION.into(), text.clone());
+    noted.metadata.resource_version = Some("2".into());
+    store.apply(0, &noted);
+    for _ in 0..3 {
+        e.tick().await;
+    }
+    assert!(notes(&e).is_empty(), "{:?}", notes(&e));
 }
 
 #[tokio::test]
