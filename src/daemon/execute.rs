@@ -262,21 +262,15 @@ impl Executor {
             }
             let started = Instant::now();
             let pp = PatchParams::default();
-            if let Some(store) = &self.own {
-                store.begin_write(key);
-            }
-            let res = if step.is_status() {
-                api.patch_status(&key.name, &pp, &Patch::Merge(&body)).await
-            } else {
-                api.patch(&key.name, &pp, &Patch::Merge(&body)).await
-            };
-            if let Some(store) = &self.own {
-                let rv = res
-                    .as_ref()
-                    .ok()
-                    .and_then(|o| o.metadata.resource_version.as_deref());
-                store.end_write(key, rv);
-            }
+            let res = self
+                .logged(key, async {
+                    if step.is_status() {
+                        api.patch_status(&key.name, &pp, &Patch::Merge(&body)).await
+                    } else {
+                        api.patch(&key.name, &pp, &Patch::Merge(&body)).await
+                    }
+                })
+                .await;
             let action = step.action(goal);
             self.metrics
                 .action_duration
@@ -357,19 +351,12 @@ impl Executor {
                 return;
             }
             let api = self.api(profile, key);
-            if let Some(store) = &self.own {
-                store.begin_write(key);
-            }
-            let res = api
-                .patch(&key.name, &PatchParams::default(), &Patch::Merge(&body))
+            let res = self
+                .logged(
+                    key,
+                    api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&body)),
+                )
                 .await;
-            if let Some(store) = &self.own {
-                let rv = res
-                    .as_ref()
-                    .ok()
-                    .and_then(|o| o.metadata.resource_version.as_deref());
-                store.end_write(key, rv);
-            }
             match res {
                 Ok(obj) => {
                     self.metrics.action(RESUME, "success");
@@ -399,6 +386,27 @@ impl Executor {
                 }
             }
         }
+    }
+
+    /// Runs one write with the store told of it (in flight, then the
+    /// version it produced), so remedy's own writes are known as its own.
+    async fn logged(
+        &self,
+        key: &ResourceKey,
+        write: impl std::future::Future<Output = kube::Result<DynamicObject>>,
+    ) -> kube::Result<DynamicObject> {
+        if let Some(store) = &self.own {
+            store.begin_write(key);
+        }
+        let res = write.await;
+        if let Some(store) = &self.own {
+            let rv = res
+                .as_ref()
+                .ok()
+                .and_then(|o| o.metadata.resource_version.as_deref());
+            store.end_write(key, rv);
+        }
+        res
     }
 
     fn classify_err(&self, key: &ResourceKey, e: kube::Error) -> ExecError {

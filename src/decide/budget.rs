@@ -574,6 +574,15 @@ mod tests {
         Duration::from_secs(s)
     }
 
+    /// A candidate past its backoff.
+    fn c(key: &'static str, crash_count: u32) -> Candidate<&'static str> {
+        Candidate {
+            key,
+            crash_count,
+            backoff_remaining: Duration::ZERO,
+        }
+    }
+
     fn cfg() -> BreakerConfig {
         BreakerConfig {
             open_ratio: 0.3,
@@ -830,11 +839,6 @@ mod tests {
     /// no token; the next in line, another owner's or none's, goes.
     #[test]
     fn an_owner_at_its_max_in_flight_waits_and_others_go_in_its_place() {
-        let c = |key: &'static str, crash_count| Candidate {
-            key,
-            crash_count,
-            backoff_remaining: Duration::ZERO,
-        };
         // md-a: a1..a4 (room 2); md-b: b1, b2 (room 0: two in flight);
         // n1 has no owner label.
         let cands = vec![
@@ -879,11 +883,6 @@ mod tests {
 
     #[test]
     fn domains_share_the_budget_and_an_open_domain_waits_alone() {
-        let c = |key: &'static str, crash_count| Candidate {
-            key,
-            crash_count,
-            backoff_remaining: Duration::ZERO,
-        };
         // a-* in domain 0 (a long backlog, lower crash counts), b-* in 1,
         // x-* in 2 whose breaker is open.
         let cands = vec![

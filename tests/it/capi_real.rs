@@ -164,6 +164,15 @@ async fn wait_paused(
     }
 }
 
+/// Until remedy has removed the Cluster's `spec.paused`.
+async fn wait_released(clusters: &Api<DynamicObject>, name: &str, what: &str) {
+    eventually(Duration::from_secs(30), what, || async {
+        let c = clusters.get(name).await.ok()?;
+        c.data["spec"].get("paused").is_none().then_some(())
+    })
+    .await;
+}
+
 fn hold_record() -> HoldRecord {
     HoldRecord {
         since: chrono::Utc::now(),
@@ -284,15 +293,7 @@ async fn holds_stop_the_real_machine_controller_and_a_cluster_release_resumes_it
     let resumed_solo = wait_paused(&machines, &["solo-0"], "False", 30)
         .await
         .unwrap_or_else(|| panic!("solo-0 not resumed\n{}", first.log_tail()));
-    eventually(
-        Duration::from_secs(30),
-        "the fleet Cluster released",
-        || async {
-            let c = clusters.get("fleet").await.ok()?;
-            c.data["spec"].get("paused").is_none().then_some(())
-        },
-    )
-    .await;
+    wait_released(&clusters, "fleet", "the fleet Cluster released").await;
     let released_at = Instant::now();
     tokio::time::sleep(Duration::from_secs(15)).await;
     for n in ["fleet-0", "fleet-1"] {
@@ -316,15 +317,7 @@ async fn holds_stop_the_real_machine_controller_and_a_cluster_release_resumes_it
     .expect("hold cluster again");
     let second = Remedy::serve(cluster, &config(&ns, true));
     second.wait_ready().await;
-    eventually(
-        Duration::from_secs(30),
-        "the fleet Cluster released again",
-        || async {
-            let c = clusters.get("fleet").await.ok()?;
-            c.data["spec"].get("paused").is_none().then_some(())
-        },
-    )
-    .await;
+    wait_released(&clusters, "fleet", "the fleet Cluster released again").await;
     let resumed_fleet = wait_paused(&machines, &["fleet-0", "fleet-1"], "False", 10)
         .await
         .unwrap_or_else(|| panic!("fleet not resumed\n{}", second.log_tail()));
