@@ -82,6 +82,18 @@ impl Effective<'_> {
         }
     }
 
+    /// When the delay ends: failure time + delay (none without a failure
+    /// time).
+    pub fn not_before(
+        self,
+        crash_count: u32,
+        failure_time: Option<DateTime<Utc>>,
+    ) -> Option<DateTime<Utc>> {
+        let t = failure_time?;
+        let d = chrono::Duration::from_std(self.delay(crash_count)).ok()?;
+        t.checked_add_signed(d)
+    }
+
     /// Still to wait at `now` (zero once passed, or without a failure time).
     pub fn remaining(
         self,
@@ -89,12 +101,7 @@ impl Effective<'_> {
         failure_time: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
     ) -> Duration {
-        let Some(t) = failure_time else {
-            return Duration::ZERO;
-        };
-        chrono::Duration::from_std(self.delay(crash_count))
-            .ok()
-            .and_then(|d| t.checked_add_signed(d))
+        self.not_before(crash_count, failure_time)
             .and_then(|at| (at - now).to_std().ok())
             .unwrap_or(Duration::ZERO)
     }
@@ -192,9 +199,7 @@ impl BackoffPolicy {
         crash_count: u32,
         failure_time: Option<DateTime<Utc>>,
     ) -> Option<DateTime<Utc>> {
-        let t = failure_time?;
-        let d = chrono::Duration::from_std(self.delay(crash_count)).ok()?;
-        t.checked_add_signed(d)
+        Effective::Policy(self).not_before(crash_count, failure_time)
     }
 
     /// Seconds still to wait at `now` (zero once the delay has passed).

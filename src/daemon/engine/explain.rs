@@ -98,12 +98,8 @@ impl Engine {
         let remaining = backoff.wait(crashes, e.view.failure_time, wall);
         let controller_retries_at = profile
             .backoff
-            .and_then(|_| {
-                let left = backoff.remaining(crashes, e.view.failure_time, wall);
-                chrono::Duration::from_std(left).ok()
-            })
-            .filter(|_| e.view.failure_time.is_some())
-            .and_then(|d| wall.checked_add_signed(d));
+            .and_then(|_| backoff.not_before(crashes, e.view.failure_time))
+            .map(|at| at.max(wall));
         let st = self.state.locked();
         let domain = st.core.domain_by().of(&key, &e.view).to_string();
         let breaker_open = st.core.breakers().is_open(&domain);

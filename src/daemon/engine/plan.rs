@@ -103,12 +103,7 @@ impl Engine {
             if held && !backoff_remaining.is_zero() {
                 // A fixed deadline for the note, not one that moves with
                 // this tick's clock.
-                let at = e.view.failure_time.and_then(|t| {
-                    chrono::Duration::from_std(backoff.delay(crashes))
-                        .ok()
-                        .and_then(|d| t.checked_add_signed(d))
-                });
-                if let Some(at) = at {
+                if let Some(at) = backoff.not_before(crashes, e.view.failure_time) {
                     not_before.insert(key.clone(), at);
                 }
             }
