@@ -6,7 +6,7 @@
 use crate::model::view::ResourceKey;
 use crate::remediate::plan::Goal;
 use crate::sync::LockExt;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use tokio::sync::Notify;
 
@@ -14,8 +14,10 @@ use tokio::sync::Notify;
 pub(super) struct Queue {
     /// Queued goals, first offered first.
     pub(super) queued: VecDeque<(ResourceKey, Goal)>,
-    /// Keys with a goal queued (the same keys as `queued`, for lookups).
-    pub(super) queued_keys: HashSet<ResourceKey>,
+    /// Keys with a goal queued (the same keys as `queued`, for lookups),
+    /// and whether that goal is a note (`contains` is asked for every
+    /// object every tick: no scan of the queue).
+    pub(super) queued_keys: HashMap<ResourceKey, bool>,
     pub(super) running: HashSet<ResourceKey>,
 }
 
@@ -35,21 +37,21 @@ impl Pending {
         if g.running.contains(&key) {
             return false;
         }
-        if g.queued_keys.contains(&key) {
-            if matches!(goal, Goal::Note(_)) {
-                return false;
+        match g.queued_keys.get(&key) {
+            Some(false) => return false,
+            Some(true) if matches!(goal, Goal::Note(_)) => return false,
+            Some(true) => {
+                let Some(slot) = g.queued.iter_mut().find(|(k, _)| *k == key) else {
+                    return false;
+                };
+                slot.1 = goal;
+                g.queued_keys.insert(key, false);
+                return true;
             }
-            let Some(slot) = g
-                .queued
-                .iter_mut()
-                .find(|(k, q)| *k == key && matches!(q, Goal::Note(_)))
-            else {
-                return false;
-            };
-            slot.1 = goal;
-            return true;
+            None => {}
         }
-        g.queued_keys.insert(key.clone());
+        g.queued_keys
+            .insert(key.clone(), matches!(goal, Goal::Note(_)));
         g.queued.push_back((key, goal));
         drop(g);
         self.notify.notify_one();
@@ -60,11 +62,7 @@ impl Pending {
     /// aside (it gives way: `offer`).
     pub(super) fn contains(&self, key: &ResourceKey) -> bool {
         let g = self.goals.locked();
-        g.running.contains(key)
-            || (g.queued_keys.contains(key)
-                && g.queued
-                    .iter()
-                    .any(|(k, q)| k == key && !matches!(q, Goal::Note(_))))
+        g.running.contains(key) || g.queued_keys.get(key) == Some(&false)
     }
 
     /// The first queued goal, now running.
