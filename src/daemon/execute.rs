@@ -361,20 +361,12 @@ impl Executor {
                 Ok(obj) => {
                     self.metrics.action(RESUME, "success");
                     tracing::info!(resource = %key, %released, "touched: its controller reconciles it now that the hold is gone");
-                    let reference = obj.object_ref(&watch::api_resource(profile));
-                    let ev = Event {
-                        type_: EventType::Normal,
-                        reason: "Resumed".into(),
-                        note: Some(format!(
-                            "remedy removed its hold on {} {}: touched so its controller reconciles now, not at its resync",
-                            released.kind, released.name
-                        )),
-                        action: RESUME.into(),
-                        secondary: None,
-                    };
-                    if let Err(e) = self.recorder.publish(&ev, &reference).await {
-                        tracing::warn!(error = %e, reason = "Resumed", "could not publish Event");
-                    }
+                    let note = format!(
+                        "remedy removed its hold on {} {}: touched so its controller reconciles now, not at its resync",
+                        released.kind, released.name
+                    );
+                    self.publish(profile, &obj, EventType::Normal, "Resumed", &note, RESUME)
+                        .await;
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {
                     self.metrics.action(RESUME, "skipped");
@@ -431,9 +423,26 @@ impl Executor {
         note: &str,
         action: &str,
     ) {
+        self.publish(profile, obj, EventType::Warning, reason, note, action)
+            .await;
+    }
+
+    /// Publishes one Event on `obj`. An Event is a report, not part of the
+    /// action: failing to write it must not fail or repeat the action. Not
+    /// leader-gated for the same reason: it reports a write this instance
+    /// made while it led.
+    async fn publish(
+        &self,
+        profile: &Profile,
+        obj: &DynamicObject,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+        action: &str,
+    ) {
         let reference = obj.object_ref(&watch::api_resource(profile));
         let ev = Event {
-            type_: EventType::Warning,
+            type_,
             reason: reason.into(),
             note: Some(note.into()),
             action: action.into(),
@@ -445,26 +454,20 @@ impl Executor {
     }
 
     async fn event(&self, profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) {
-        let ar = watch::api_resource(profile);
-        let reference = obj.object_ref(&ar);
         let (reason, note): (&str, &str) = match (step, goal) {
             // Each change of a held resource's state: the note itself.
             (Step::Note, Goal::Note(text)) => ("Waiting", text.as_str()),
             (step, _) => Self::said(step, goal),
         };
-        let ev = Event {
-            type_: EventType::Normal,
-            reason: reason.into(),
-            note: Some(note.into()),
-            action: step.action(goal).into(),
-            secondary: None,
-        };
-        // An Event is a report, not part of the action: failing to write it
-        // must not fail or repeat the action. Not leader-gated for the same
-        // reason: it reports a write this instance made while it led.
-        if let Err(e) = self.recorder.publish(&ev, &reference).await {
-            tracing::warn!(error = %e, reason, "could not publish Event");
-        }
+        self.publish(
+            profile,
+            obj,
+            EventType::Normal,
+            reason,
+            note,
+            step.action(goal),
+        )
+        .await;
     }
 
     /// The Event for a step: (reason, note).
