@@ -55,10 +55,9 @@ impl Engine {
         let retries = &st.retries;
         let pending = &self.pending;
         let mut held_keys = Vec::new();
-        // Held resources' domain and backoff: their place in line and
-        // release estimate (`explain`, remedy_resource_release_eta_seconds).
-        let mut held_domain: HashMap<ResourceKey, (Arc<str>, Duration)> = HashMap::new();
-        let mut not_before: HashMap<ResourceKey, DateTime<Utc>> = HashMap::new();
+        // Held resources, as this tick saw them: their place in line and
+        // release estimate, and their note.
+        let mut held_now: HashMap<ResourceKey, Held> = HashMap::new();
 
         // The store's objects as facts for the decision core.
         let per_owner = st.core.config().budget.per.clone();
@@ -100,15 +99,26 @@ impl Engine {
             // remedy's own wait: none under a controller's rule (brupop),
             // whose wait a verified remediation exists to spare.
             let backoff_remaining = backoff.wait(crashes, e.view.failure_time, wall);
-            if held && !backoff_remaining.is_zero() {
-                // A fixed deadline for the note, not one that moves with
-                // this tick's clock.
-                if let Some(at) = backoff.not_before(crashes, e.view.failure_time) {
-                    not_before.insert(key.clone(), at);
-                }
-            }
-            if held {
-                held_domain.insert(key.clone(), (domain.clone(), backoff_remaining));
+            let owner: Option<Arc<str>> = per_owner
+                .as_ref()
+                .and_then(|p| p.of(key, &e.view))
+                .map(Arc::from);
+            if let PauseState::Ours { reason, .. } = &e.view.pause {
+                held_now.insert(
+                    key.clone(),
+                    Held {
+                        domain: domain.clone(),
+                        backoff: backoff_remaining,
+                        // A fixed deadline for the note, not one that moves
+                        // with this tick's clock.
+                        not_before: (!backoff_remaining.is_zero())
+                            .then(|| backoff.not_before(crashes, e.view.failure_time))
+                            .flatten(),
+                        reason: reason.clone(),
+                        why: e.view.why,
+                        owner: owner.clone(),
+                    },
+                );
             }
             t.fact(
                 key,
@@ -139,10 +149,7 @@ impl Engine {
                     verified: episodes.targets(key)
                         && verified.iter().any(|s| s.matches(key, &e.view)),
                     has_work: profile.is_some_and(|p| has_work(p, e)),
-                    owner: per_owner
-                        .as_ref()
-                        .and_then(|p| p.of(key, &e.view))
-                        .map(Arc::from),
+                    owner,
                 },
             );
         });
@@ -290,8 +297,8 @@ impl Engine {
             for (key, _) in &d.waiting {
                 // Held ones (most of the line) from this tick's facts; a
                 // remediation of an unheld object from the store.
-                let domain = match held_domain.get(key) {
-                    Some((d, _)) => Some(d.clone()),
+                let domain = match held_now.get(key) {
+                    Some(h) => Some(h.domain.clone()),
                     None => self
                         .store
                         .get(key)
@@ -308,9 +315,9 @@ impl Engine {
                 for (i, key) in line.into_iter().enumerate() {
                     // Held ones only: a release estimate; none in an open
                     // domain (no pace to go by).
-                    if let Some((_, backoff)) = held_domain.get(&key)
+                    if let Some(h) = held_now.get(&key)
                         && !open
-                        && let Some(s) = super::explain::eta(i + 1, rate, *backoff)
+                        && let Some(s) = super::explain::eta(i + 1, rate, h.backoff)
                     {
                         etas.insert(key.clone(), s);
                     }
@@ -342,14 +349,7 @@ impl Engine {
             .1
             .is_none_or(|at| now.saturating_sub(at) >= super::NOTE_QUIET);
         if leader && !paused && quiet {
-            self.offer_notes(
-                &held_domain,
-                &waiting,
-                &not_before,
-                per_owner.as_ref(),
-                &mut st.notes,
-                now,
-            );
+            self.offer_notes(&held_now, &waiting, &mut st.notes, now);
         }
         // Drop plan markers the watch has caught up with.
         let store = &self.store;
@@ -485,14 +485,12 @@ impl Engine {
     /// matter.
     fn offer_notes(
         &self,
-        held: &HashMap<ResourceKey, (Arc<str>, Duration)>,
+        held: &HashMap<ResourceKey, Held>,
         waiting: &BTreeMap<String, String>,
-        not_before: &HashMap<ResourceKey, DateTime<Utc>>,
-        per_owner: Option<&crate::model::owner::PerOwner>,
         pace: &mut crate::decide::budget::TokenBucket,
         now: Duration,
     ) {
-        for (key, (domain, _)) in held {
+        for (key, h) in held {
             if pace.tokens(now) < 1.0 {
                 break;
             }
@@ -500,31 +498,38 @@ impl Engine {
             let Some(waits) = waiting.get(&key.to_string()) else {
                 continue;
             };
-            let Some(e) = self.store.get(key) else {
+            let Some(hold) = h.reason.as_deref() else {
                 continue;
             };
-            let PauseState::Ours {
-                reason: Some(hold), ..
-            } = &e.view.pause
-            else {
-                continue;
-            };
-            let owner = per_owner.and_then(|p| p.of(key, &e.view));
             let text = crate::model::why::Why {
                 hold,
-                domain,
+                domain: &h.domain,
                 waits,
-                not_before: not_before.get(key).copied().filter(|_| waits == "backoff"),
-                owner: owner.as_deref().filter(|_| waits == "owner"),
+                not_before: h.not_before.filter(|_| waits == "backoff"),
+                owner: h.owner.as_deref().filter(|_| waits == "owner"),
             }
             .text();
-            if crate::model::why::digest(&text) != e.view.why
+            if crate::model::why::digest(&text) != h.why
                 && self.pending.offer(key.clone(), Goal::Note(text))
             {
                 pace.try_take(now);
             }
         }
     }
+}
+
+/// A resource remedy holds, as one tick saw it.
+struct Held {
+    domain: Arc<str>,
+    /// remedy's own wait before it may go.
+    backoff: Duration,
+    /// When that wait ends, while there is one.
+    not_before: Option<DateTime<Utc>>,
+    /// The hold record's reason (`breaker`, `alert:NAME`).
+    reason: Option<Box<str>>,
+    /// Digest of the note on the object (`ResourceView::why`).
+    why: u64,
+    owner: Option<Arc<str>>,
 }
 
 /// Whether remediation has anything to write for a resource that is not
