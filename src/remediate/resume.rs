@@ -8,30 +8,22 @@
 use crate::model::profile::ResumeSpec;
 use crate::model::view::{PauseState, ResourceKey, ResourceView};
 
-/// The objects to touch once the hold on `released` is gone: those of
-/// `spec.kind` in its namespace whose `spec.label` names it, that are not
-/// paused (a paused one would stay so: its own hold's release, or whoever
-/// paused it, moves it) and not being deleted. Sorted, so the writes go in
-/// a stable order.
-pub fn targets<'a>(
+/// Whether `key` is to be touched once the hold on `released` is gone: of
+/// `spec.kind` in its namespace, its `spec.label` naming it, not paused (a
+/// paused one would stay so: its own hold's release, or whoever paused it,
+/// moves it) and not being deleted.
+pub fn selects(
     spec: &ResumeSpec,
     released: &ResourceKey,
-    objects: impl IntoIterator<Item = (&'a ResourceKey, &'a ResourceView)>,
-) -> Vec<ResourceKey> {
-    let mut out: Vec<ResourceKey> = objects
-        .into_iter()
-        .filter(|(k, v)| {
-            *k.kind == *spec.kind
-                && k.namespace == released.namespace
-                && v.label(&spec.label) == Some(&*released.name)
-                && matches!(v.pause, PauseState::NotPaused)
-                && !v.deleting
-                && !v.ignored
-        })
-        .map(|(k, _)| k.clone())
-        .collect();
-    out.sort();
-    out
+    key: &ResourceKey,
+    view: &ResourceView,
+) -> bool {
+    *key.kind == *spec.kind
+        && key.namespace == released.namespace
+        && view.label(&spec.label) == Some(&*released.name)
+        && matches!(view.pause, PauseState::NotPaused)
+        && !view.deleting
+        && !view.ignored
 }
 
 #[cfg(test)]
@@ -98,7 +90,12 @@ mod tests {
                 view(Some("prod"), PauseState::NotPaused),
             ),
         ];
-        let got = targets(&spec, &released, objects.iter().map(|(k, v)| (k, v)));
+        let mut got: Vec<ResourceKey> = objects
+            .iter()
+            .filter(|(k, v)| selects(&spec, &released, k, v))
+            .map(|(k, _)| k.clone())
+            .collect();
+        got.sort();
         assert_eq!(got, vec![m("team-a", "prod-a"), m("team-a", "prod-b")]);
     }
 }

@@ -399,14 +399,14 @@ impl Engine {
         let Some(target) = self.store.profiles().iter().find(|p| p.kind == spec.kind) else {
             return;
         };
-        let mut objects = Vec::new();
+        let mut keys = Vec::new();
         self.store.for_each(|k, e| {
-            if *k.kind == *spec.kind && k.namespace == key.namespace {
-                objects.push((k.clone(), e.view.clone()));
+            if crate::remediate::resume::selects(spec, key, k, &e.view) {
+                keys.push(k.clone());
             }
         });
-        let keys =
-            crate::remediate::resume::targets(spec, key, objects.iter().map(|(k, v)| (k, v)));
+        // A stable order for the writes.
+        keys.sort();
         if !keys.is_empty() {
             tracing::info!(resource = %key, objects = keys.len(), kind = %spec.kind, "hold removed: touching what its controller would not requeue");
             self.executor.resume(target, key, &keys).await;
