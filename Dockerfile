@@ -5,7 +5,7 @@
 # linux/amd64 and linux/arm64 (cross-compiled from the build platform):
 #   docker buildx build --platform linux/amd64,linux/arm64 -t remedy:0.1.0 .
 # Offline (no base image to pull; what scripts/image does): a binary built on
-# the host, copied into scratch from a context holding remedy-$TARGETARCH:
+# the host, copied into scratch from a context holding root-$TARGETARCH/ (scripts/image):
 #   podman build --target prebuilt --build-arg TARGETARCH=amd64 -f Dockerfile CONTEXT
 #
 # The binary is glibc linked with +crt-static (no musl target needed). glibc
@@ -20,15 +20,21 @@ FROM scratch AS runtime
 # Numeric, since scratch has no /etc/passwd: Kubernetes' runAsNonRoot can
 # verify a numeric user only.
 USER 65532:65532
+# kubectl-remedy (the same binary, hard-linked) is found by `kubectl exec POD
+# -- kubectl-remedy status`; scratch has no PATH of its own.
+ENV PATH=/usr/local/bin
 EXPOSE 8080
 ENTRYPOINT ["/remedy"]
 CMD ["serve", "--config", "/etc/remedy/config.yaml"]
 
 # --- offline: the host-built binary (scripts/image) ---------------------------
 # First, so `--target prebuilt` never reaches (or pulls) the Rust image.
+# root-$TARGETARCH/ holds /remedy and its hard link
+# /usr/local/bin/kubectl-remedy: one COPY keeps the link, so the binary is
+# stored once.
 FROM runtime AS prebuilt
 ARG TARGETARCH
-COPY --chmod=0555 remedy-${TARGETARCH} /remedy
+COPY --chmod=0555 root-${TARGETARCH}/ /
 
 # --- build: Rust on the build platform, cross-compiling to TARGETARCH ----------
 FROM --platform=$BUILDPLATFORM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
@@ -58,8 +64,10 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     set -eu; t="$(cat /rust-target)"; \
     cargo build --locked --profile image --target "$t" --bin remedy; \
-    cp "target/$t/image/remedy" /remedy
+    mkdir -p /out/usr/local/bin; \
+    cp "target/$t/image/remedy" /out/remedy; \
+    ln /out/remedy /out/usr/local/bin/kubectl-remedy
 
 # --- default: the image built above -------------------------------------------
 FROM runtime
-COPY --from=build /remedy /remedy
+COPY --from=build /out/ /

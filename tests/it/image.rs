@@ -134,6 +134,23 @@ async fn the_image_runs_read_only_as_65532_with_the_charts_config_and_rbac() {
     assert_eq!(cfg["Config"]["User"], "65532:65532", "{cfg}");
     assert_eq!(cfg["Config"]["Entrypoint"], serde_json::json!(["/remedy"]));
 
+    // The kubectl plugin name ships in the image, on its PATH, and the
+    // binary knows it was run by that name.
+    let plugin = Command::new("podman")
+        .args(&runtime)
+        .args(["run", "--rm"])
+        .args(ULIMITS)
+        .args(["--entrypoint", "kubectl-remedy", &image, "--help"])
+        .output()
+        .expect("podman run kubectl-remedy");
+    let help = String::from_utf8_lossy(&plugin.stdout);
+    assert!(
+        plugin.status.success() && help.contains("Usage: kubectl remedy"),
+        "kubectl-remedy in the image: {}\n{help}{}",
+        plugin.status,
+        String::from_utf8_lossy(&plugin.stderr)
+    );
+
     // The chart for this image, applied for real in a fresh namespace.
     let cluster = TestCluster::shared();
     let admin = cluster.client().await;
