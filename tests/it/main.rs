@@ -21,6 +21,7 @@ mod initial_list;
 mod kube_watch;
 mod leader;
 mod listener;
+mod node;
 mod opt_out;
 mod otlp;
 mod pause_switch;

@@ -288,7 +288,7 @@ func (e *env) etcdArgs() []string {
 }
 
 func (e *env) apiServerArgs() []string {
-	return append([]string{
+	args := []string{
 		"--etcd-servers=" + fmt.Sprintf("http://127.0.0.1:%d", e.etcdClient),
 		"--cert-dir=" + e.path("apiserver-certs"),
 		"--tls-cert-file=" + e.path("apiserver.crt"),
@@ -311,7 +311,23 @@ func (e *env) apiServerArgs() []string {
 		// The default lease reconciler rejects 127.0.0.1 for the kubernetes
 		// Endpoints every 10s (loopback is invalid there); nothing here needs it.
 		"--endpoint-reconciler-type=none",
-	}, e.extraAPIArgs...)
+	}
+	// A list flag given twice appends, so a caller's own
+	// --disable-admission-plugins (e.g. the node harness, whose pods need
+	// ServiceAccount tokens) replaces ours instead of adding to it.
+	for _, a := range e.extraAPIArgs {
+		if strings.HasPrefix(a, "--disable-admission-plugins=") {
+			kept := args[:0]
+			for _, own := range args {
+				if !strings.HasPrefix(own, "--disable-admission-plugins=") {
+					kept = append(kept, own)
+				}
+			}
+			args = kept
+			break
+		}
+	}
+	return append(args, e.extraAPIArgs...)
 }
 
 func (e *env) startAPIServer(ctx context.Context) error {

@@ -3,6 +3,7 @@
 //! to run the real `remedy` binary against it.
 
 pub mod capo;
+pub mod node;
 pub mod objects;
 pub mod procs;
 pub mod proxy;

@@ -1,0 +1,263 @@
+//! remedy's manifests on a real node (`support::node`, built by
+//! `testenv/node.sh`): the Helm chart and each standalone kustomize overlay
+//! are applied for real, `kubectl rollout status` returns, both replicas
+//! are Ready, one holds the Lease and a pod serves `/metrics` (fetched by
+//! pod IP through the node).
+//!
+//! Not run: `deploy/overlays/sidecar` adds remedy to a stand-in of CAPO's
+//! controller Deployment whose image (registry.k8s.io/capi-openstack/...)
+//! cannot be pulled here (no registry is reachable) and whose manager would
+//! need OpenStack; the overlay's own file says not to apply it as is.
+//! `standalone-tls` needs cert-manager to issue the Secret `remedy-tls`;
+//! no cert-manager controller runs here, so the test issues that Secret
+//! itself from the harness CA, as cert-manager would, and checks HTTPS.
+
+use crate::support::node::Node;
+use std::time::Instant;
+
+const NS: &str = "remedy-system";
+
+/// The token Secret the Deployment mounts (the overlays' README step).
+fn webhook_token(node: &Node) {
+    node.kubectl(&[
+        "-n",
+        NS,
+        "create",
+        "secret",
+        "generic",
+        "remedy-webhook-token",
+        "--from-literal=token=node-test-token",
+    ]);
+}
+
+/// Namespaces the rendered objects live in, created first (a real
+/// cluster has them; `standalone-namespaced` binds Events in two).
+fn namespaces_of(overlay: &str) -> Vec<String> {
+    let mut ns: Vec<String> = crate::deploy::render(overlay)
+        .into_iter()
+        .filter_map(|o| o.metadata.namespace)
+        .collect();
+    ns.push(NS.to_string());
+    ns.sort();
+    ns.dedup();
+    ns
+}
+
+/// What every form must show once applied: `rollout status` returns, 2/2
+/// pods Ready, the Lease held by one of them, `/metrics` served by a pod.
+fn assert_running(node: &mut Node, what: &str, applied: Instant, scheme: &str) {
+    node.kubectl(&[
+        "-n",
+        NS,
+        "rollout",
+        "status",
+        "deployment/remedy",
+        "--timeout=180s",
+    ]);
+    let rolled = applied.elapsed();
+    let pods = node.kubectl(&[
+        "-n",
+        NS,
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/name=remedy",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}|{.status.podIP}|{.metadata.deletionTimestamp}|{.status.containerStatuses[*].ready}{\"\\n\"}{end}",
+    ]);
+    // Pods still terminating after a rollout are not the Deployment's.
+    let pods: Vec<Vec<&str>> = pods
+        .lines()
+        .map(|l| l.split('|').collect::<Vec<_>>())
+        .filter(|p| p.len() == 4 && p[2].is_empty())
+        .collect();
+    assert_eq!(pods.len(), 2, "{what}: 2 pods expected:\n{pods:?}");
+    for p in &pods {
+        assert!(
+            !p[3].is_empty() && p[3].split(' ').all(|r| r == "true"),
+            "{what}: pod not Ready: {p:?}"
+        );
+    }
+    // The leader: remedy names itself by POD_NAME in the Lease.
+    let names: Vec<&str> = pods.iter().map(|p| p[0]).collect();
+    node.wait(&format!("{what}: a replica holds the Lease"), 60, |n| {
+        n.try_kubectl(&[
+            "-n",
+            NS,
+            "get",
+            "lease",
+            "remedy",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ])
+        .is_ok_and(|h| names.contains(&h.trim()))
+    });
+    let led = applied.elapsed();
+    let ip = pods[0][1];
+    let ca = node.cluster.dir.join("ca.crt").display().to_string();
+    // HTTPS: the serving cert names the Service, so connect to the pod IP
+    // under that name.
+    let target = format!("remedy.remedy-system.svc:8080:{ip}:8080");
+    let url = match scheme {
+        "https" => "https://remedy.remedy-system.svc:8080/metrics".to_string(),
+        _ => format!("http://{ip}:8080/metrics"),
+    };
+    let mut curl = vec!["-sS", "--max-time", "5"];
+    if scheme == "https" {
+        curl.extend(["--cacert", &ca, "--connect-to", &target]);
+    }
+    curl.push(&url);
+    let out = std::process::Command::new("curl")
+        .args(&curl)
+        .output()
+        .expect("curl");
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && body.contains("remedy_"),
+        "{what}: {url} on pod {ip}: {}{body}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!(
+        "{what}: rollout status returned {:.1}s after apply, Lease held {:.1}s after apply, /metrics {} bytes",
+        rolled.as_secs_f64(),
+        led.as_secs_f64(),
+        body.len()
+    );
+}
+
+fn overlay(name: &str) {
+    let Some(mut node) = Node::start() else {
+        return;
+    };
+    let path = format!("deploy/overlays/{name}");
+    for ns in namespaces_of(&path) {
+        node.kubectl(&["create", "namespace", &ns]);
+    }
+    webhook_token(&node);
+    if name == "standalone-tls" {
+        issue_tls_secret(&node);
+    }
+    let applied = Instant::now();
+    node.kubectl(&[
+        "apply",
+        "-k",
+        &crate::support::repo().join(&path).display().to_string(),
+    ]);
+    let scheme = if name == "standalone-tls" {
+        "https"
+    } else {
+        "http"
+    };
+    assert_running(&mut node, &path, applied, scheme);
+}
+
+/// What cert-manager would write for components/tls: a serving cert for
+/// the Service, signed by the harness CA, in Secret remedy-tls.
+fn issue_tls_secret(node: &Node) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = |f: &str| dir.path().join(f).display().to_string();
+    let ca = node.cluster.dir.join("ca.crt").display().to_string();
+    let ca_key = node.cluster.dir.join("ca.key").display().to_string();
+    std::fs::write(
+        d("ext"),
+        "subjectAltName=DNS:remedy.remedy-system.svc,DNS:remedy.remedy-system.svc.cluster.local\n",
+    )
+    .expect("ext file");
+    for args in [
+        vec!["genrsa", "-out", &d("tls.key"), "2048"],
+        vec![
+            "req",
+            "-new",
+            "-key",
+            &d("tls.key"),
+            "-out",
+            &d("tls.csr"),
+            "-subj",
+            "/CN=remedy.remedy-system.svc",
+        ],
+        vec![
+            "x509",
+            "-req",
+            "-in",
+            &d("tls.csr"),
+            "-CA",
+            &ca,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            &d("tls.crt"),
+            "-days",
+            "2",
+            "-extfile",
+            &d("ext"),
+        ],
+    ] {
+        let st = std::process::Command::new("openssl")
+            .args(&args)
+            .output()
+            .expect("openssl");
+        assert!(st.status.success(), "openssl {args:?}: {st:?}");
+    }
+    node.kubectl(&[
+        "-n",
+        NS,
+        "create",
+        "secret",
+        "generic",
+        "remedy-tls",
+        &format!("--from-file=tls.crt={}", d("tls.crt")),
+        &format!("--from-file=tls.key={}", d("tls.key")),
+        &format!("--from-file=ca.crt={ca}"),
+    ]);
+}
+
+#[test]
+fn the_helm_chart_runs_ready_and_leading_on_a_real_node() {
+    let Some(mut node) = Node::start() else {
+        return;
+    };
+    let applied = Instant::now();
+    let helm = crate::helm::helm();
+    let out = std::process::Command::new(&helm)
+        .args([
+            "install",
+            "remedy",
+            "deploy/helm/remedy",
+            "-n",
+            NS,
+            "--create-namespace",
+        ])
+        .arg("--kubeconfig")
+        .arg(&node.kubeconfig)
+        .current_dir(crate::support::repo())
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", helm.display()));
+    assert!(
+        out.status.success(),
+        "helm install: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_running(&mut node, "the Helm chart", applied, "http");
+}
+
+#[test]
+fn the_standalone_overlay_runs_ready_and_leading_on_a_real_node() {
+    overlay("standalone");
+}
+
+#[test]
+fn the_standalone_no_operator_overlay_runs_ready_and_leading_on_a_real_node() {
+    overlay("standalone-no-operator");
+}
+
+#[test]
+fn the_standalone_namespaced_overlay_runs_ready_and_leading_on_a_real_node() {
+    overlay("standalone-namespaced");
+}
+
+#[test]
+fn the_standalone_tls_overlay_runs_ready_and_leading_on_a_real_node() {
+    overlay("standalone-tls");
+}
