@@ -4,6 +4,10 @@
 need_apt=()
 command -v prometheus >/dev/null || need_apt+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || need_apt+=(prometheus-alertmanager)
+# The real node of tests/it/node.rs (testenv/node.sh installs them too).
+command -v containerd >/dev/null || need_apt+=(containerd)
+command -v runc >/dev/null || need_apt+=(runc)
+[[ -x /usr/lib/cni/bridge ]] || need_apt+=(containernetworking-plugins)
 if ((${#need_apt[@]})); then
   echo "== installing Debian packages: ${need_apt[*]}"
   if [[ $(id -u) -ne 0 ]]; then

@@ -39,6 +39,18 @@ impl Supervised {
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).expect("log file");
         let err = out.try_clone().expect("log file");
+        // SIGKILL when the test thread that started the node goes, even if
+        // it never drops it (the node lives and dies on that thread).
+        // SAFETY: prctl is async-signal-safe and touches no parent state.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
         let child = cmd
             .stdin(Stdio::null())
             .stdout(out)
@@ -182,6 +194,8 @@ impl Node {
             .tempdir()
             .expect("tempdir");
         let dir = tmp.path().to_path_buf();
+        // Lets a later run clean up after a test binary killed mid-test.
+        std::fs::write(dir.join("owner"), std::process::id().to_string()).expect("owner file");
 
         // The veth pair; the first free index K also names the namespace.
         let k = (0..64u8)
@@ -578,36 +592,6 @@ state = "{c}/state"
             .unwrap_or_else(|e| panic!("{e}\n{}", self.diagnostics()))
     }
 
-    /// kubectl with `stdin` (e.g. `apply -f -`).
-    pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> String {
-        use std::io::Write;
-        let mut child = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(stdin.as_bytes())
-            .expect("write to kubectl");
-        let out = child.wait_with_output().expect("kubectl");
-        assert!(
-            out.status.success(),
-            "kubectl {}: {}{}\n{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            self.diagnostics()
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
     /// Panics if a node process died, with its log.
     pub fn assert_alive(&mut self) {
         for p in &mut self.procs {
@@ -715,6 +699,30 @@ fn kill_shims(sock: &Path) {
     }
 }
 
+/// SIGKILLs every process in a pod network namespace mounted below `dir`
+/// (`net:[INODE]` of /proc/PID/ns/net is the inode of the netns file).
+fn kill_in_pod_netns(dir: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let prefix = dir.display().to_string();
+    let inodes: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(" nsfs "))
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|p| p.starts_with(&prefix))
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| format!("net:[{}]", m.ino()))
+        .collect();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(ns) = std::fs::read_link(e.path().join("ns/net")) else {
+            continue;
+        };
+        if inodes.iter().any(|i| Path::new(i) == ns) {
+            quiet("kill", &["-KILL", &e.file_name().to_string_lossy()]);
+        }
+    }
+}
+
 /// Detaches every mount below `dir` (pod volumes, rootfs overlays, pods'
 /// netns files), deepest first.
 fn unmount_under(dir: &Path) {
@@ -736,6 +744,26 @@ fn unmount_under(dir: &Path) {
 /// pids, their veth and route (their processes died with the binary or are
 /// found by pid in the namespace).
 fn remove_stale() {
+    // Node dirs of dead test binaries: their shims, the containers in their
+    // pods' network namespaces, their mounts.
+    for e in std::fs::read_dir(std::env::temp_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let dir = e.path();
+        let owner = std::fs::read_to_string(dir.join("owner")).unwrap_or_default();
+        if !e.file_name().to_string_lossy().starts_with("remedy-node-")
+            || owner.is_empty()
+            || Path::new(&format!("/proc/{}", owner.trim())).exists()
+        {
+            continue;
+        }
+        kill_shims(&dir.join("c/containerd.sock"));
+        kill_in_pod_netns(&dir);
+        unmount_under(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     let list = Command::new("ip")
         .args(["netns", "list"])
         .output()
