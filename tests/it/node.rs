@@ -125,6 +125,65 @@ fn assert_running(node: &mut Node, what: &str, applied: Instant, scheme: &str) {
     );
 }
 
+fn lease_holder(node: &Node) -> String {
+    node.try_kubectl(&[
+        "-n",
+        NS,
+        "get",
+        "lease",
+        "remedy",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ])
+    .map(|h| h.trim().to_string())
+    .unwrap_or_default()
+}
+
+/// Names of the remedy pods not being deleted.
+fn live_pods(node: &Node) -> Vec<String> {
+    node.kubectl(&[
+        "-n",
+        NS,
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/name=remedy",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}|{.metadata.deletionTimestamp}{\"\\n\"}{end}",
+    ])
+    .lines()
+    .filter_map(|l| l.strip_suffix('|').map(str::to_string))
+    .collect()
+}
+
+/// `rollout restart` replaces both pods; leadership must follow to a new
+/// pod (the old leader hands the Lease over when it stops).
+fn assert_lease_moves_on_restart(node: &mut Node) {
+    let old = live_pods(node);
+    let holder = lease_holder(node);
+    assert!(old.contains(&holder), "leader {holder} not among {old:?}");
+    let restarted = Instant::now();
+    node.kubectl(&["-n", NS, "rollout", "restart", "deployment/remedy"]);
+    node.kubectl(&[
+        "-n",
+        NS,
+        "rollout",
+        "status",
+        "deployment/remedy",
+        "--timeout=180s",
+    ]);
+    let rolled = restarted.elapsed();
+    node.wait("the Lease held by a new pod", 60, |n| {
+        let h = lease_holder(n);
+        !old.contains(&h) && live_pods(n).contains(&h)
+    });
+    eprintln!(
+        "rollout restart: rollout status returned {:.1}s after it, the Lease held by a new pod {:.1}s after it",
+        rolled.as_secs_f64(),
+        restarted.elapsed().as_secs_f64()
+    );
+}
+
 fn overlay(name: &str) {
     let Some(mut node) = Node::start() else {
         return;
@@ -149,6 +208,9 @@ fn overlay(name: &str) {
         "http"
     };
     assert_running(&mut node, &path, applied, scheme);
+    if name == "standalone" {
+        assert_lease_moves_on_restart(&mut node);
+    }
 }
 
 /// What cert-manager would write for components/tls: a serving cert for
