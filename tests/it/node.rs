@@ -2,7 +2,12 @@
 //! `testenv/node.sh`): the Helm chart and each standalone kustomize overlay
 //! are applied for real, `kubectl rollout status` returns, both replicas
 //! are Ready, one holds the Lease and a pod serves `/metrics` (fetched by
-//! pod IP through the node).
+//! pod IP through the node). The ServiceMonitor and PrometheusRule of the
+//! chart and `standalone` apply to the Prometheus Operator CRDs the test
+//! cluster installs (testenv/crds.sh); no operator runs, none is needed for
+//! the pods. remedy in the pods uses in-cluster config (10.0.0.1 through the
+//! node's DNAT) and its ServiceAccount token, so the Lease also proves its
+//! RBAC.
 //!
 //! Not run: `deploy/overlays/sidecar` adds remedy to a stand-in of CAPO's
 //! controller Deployment whose image (registry.k8s.io/capi-openstack/...)
