@@ -592,6 +592,33 @@ state = "{c}/state"
             .unwrap_or_else(|e| panic!("{e}\n{}", self.diagnostics()))
     }
 
+    /// kubectl with `stdin` (e.g. `apply -f -`); panics unless it succeeds.
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> String {
+        use std::io::Write;
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl");
+        if let Some(mut input) = child.stdin.take() {
+            input.write_all(stdin.as_bytes()).expect("write to kubectl");
+        }
+        let out = child.wait_with_output().expect("kubectl");
+        assert!(
+            out.status.success(),
+            "kubectl {}: {}{}\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.diagnostics()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Panics if a node process died, with its log.
     pub fn assert_alive(&mut self) {
         for p in &mut self.procs {
