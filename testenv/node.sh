@@ -4,7 +4,7 @@
 #   version, from the same k8s.io/kubernetes module and versions as
 #   build.sh (a copy of go.mod/go.sum in the cache, so testenv/go.sum and
 #   build.sh's stamp stay untouched; -mod=mod only adds go.sum lines for the
-#   extra packages, the module graph is the same);
+#   extra packages, and the build fails if go.mod moved);
 # - Debian's containerd, runc and CNI plugins (apt);
 # - the pause image, from build/pause/linux/pause.c of that module, as an
 #   OCI archive (no registry is reachable here, the kubelet's sandbox image
@@ -53,13 +53,14 @@ GO
     (cd "$src" && CGO_ENABLED=0 go build -mod=mod -pgo=off -trimpath -ldflags "$ldflags" \
       -o "$dir.tmp/$cmd" "k8s.io/kubernetes/cmd/$cmd")
   done
-  # Same versions as the apiserver, or the build is not what it claims.
-  if ! diff <(grep -v '^module' go.mod | grep -v '// indirect' ) <(grep -v '^module' "$src/go.mod" | grep -v '// indirect') >/dev/null; then
+  # Same versions as the apiserver: -mod=mod may add go.sum lines only.
+  if ! cmp -s go.mod "$src/go.mod"; then
     echo "node.sh: the module graph moved while building the node:" >&2
     diff go.mod "$src/go.mod" >&2 || true
     exit 1
   fi
-  for f in kubelet kube-controller-manager kube-scheduler; do mv "$dir.tmp/$f" "$dir/$f" 2>/dev/null || { mkdir -p "$dir"; mv "$dir.tmp/$f" "$dir/$f"; }; done
+  mkdir -p "$dir"
+  for f in kubelet kube-controller-manager kube-scheduler; do mv "$dir.tmp/$f" "$dir/$f"; done
   rm -rf "$dir.tmp"
 fi
 
