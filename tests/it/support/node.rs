@@ -439,6 +439,14 @@ state = "{c}/state"
             Ok(path) => PathBuf::from(path),
             Err(_) => {
                 // The image scripts/image built, from podman's store.
+                let exists = Command::new("podman")
+                    .args(["image", "exists", LOCAL_IMAGE])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                assert!(
+                    exists,
+                    "{LOCAL_IMAGE} not in podman's store: run `scripts/image` (or set REMEDY_IMAGE_ARCHIVE to `scripts/image --save FILE`'s FILE)"
+                );
                 let path = self.dir.join("remedy.oci.tar");
                 let p = path.display().to_string();
                 run(
