@@ -1,0 +1,756 @@
+//! remedy next to the real Cluster API v1.12.5 MachineHealthCheck (issue
+//! #24.2): the real manager (`testenv/capi.sh`) runs its Cluster, Machine,
+//! MachineSet and MachineHealthCheck controllers against the shared
+//! apiserver, with Nodes written by the test (there is no kubelet).
+//!
+//! The MHC only marks a Machine (`HealthCheckSucceeded=False`,
+//! `OwnerRemediated=False`); its MachineSet deletes it. The MHC evaluates a
+//! Machine only while its Cluster has `InfrastructureReady` and
+//! `ControlPlaneInitialized` true, and never one with
+//! `cluster.x-k8s.io/paused` or `cluster.x-k8s.io/skip-remediation`
+//! (`internal/controllers/machinehealthcheck`, `shouldSkipRemediation`).
+//!
+//! - A Machine remedy has no reason to hold is deleted as usual when its
+//!   Node goes `Ready=Unknown`: remedy does not stand in the MHC's way.
+//! - A Machine remedy holds (its outage breaker) is not deleted however
+//!   long its Node stays Unknown; once released (failure cleared, pause
+//!   removed), the MHC judges it as it is then: deleted at once if its Node
+//!   is still Unknown, kept if its Node is Ready.
+//! - A hold does not undo a verdict the MHC wrote before it: the
+//!   MachineSet, which ignores the Machine's pause, deletes it when it gets
+//!   to it (a known gap, recorded in docs/upstream-behaviour.md).
+
+use crate::support::capi::{capi_api, start_manager};
+use crate::support::{Remedy, TestCluster, eventually, namespace};
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::{Client, ResourceExt};
+use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, PAUSE_MARKER};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+const POOL_LABEL: &str = "remedy.test/pool";
+/// Stand-in infrastructure provider's group: no real provider can run
+/// here, and the core controllers need an InfraCluster and InfraMachines
+/// that report `status.initialization.provisioned` (contract v1beta2).
+const STANDIN_GROUP: &str = "infrastructure.test.remedy.dev";
+/// The MHC's rule: Ready=Unknown for this long.
+const RULE_SECS: u64 = 5;
+
+/// The stand-in InfraCluster and InfraMachine kinds: open schemas, labelled
+/// with the contract they implement (the core controllers find an
+/// infrastructure object's version from its CRD's contract label).
+async fn ensure_standin_crds(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (kind, plural) in [
+        ("StandInCluster", "standinclusters"),
+        ("StandInMachine", "standinmachines"),
+    ] {
+        let crd: CustomResourceDefinition = serde_json::from_value(json!({
+            "metadata": {
+                "name": format!("{plural}.{STANDIN_GROUP}"),
+                "labels": {"cluster.x-k8s.io/v1beta2": "v1alpha1"},
+            },
+            "spec": {
+                "group": STANDIN_GROUP,
+                "scope": "Namespaced",
+                "names": {"kind": kind, "listKind": format!("{kind}List"), "plural": plural,
+                          "singular": kind.to_lowercase()},
+                "versions": [{
+                    "name": "v1alpha1", "served": true, "storage": true,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    }}},
+                }],
+            },
+        }))
+        .expect("crd");
+        // Both tests create them; the second finds them there.
+        match crds.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("create {plural} CRD: {e}"),
+        }
+        eventually(Duration::from_secs(30), "stand-in CRD established", || {
+            let crds = crds.clone();
+            let name = format!("{plural}.{STANDIN_GROUP}");
+            async move {
+                let c = crds.get(&name).await.ok()?;
+                c.status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+}
+
+fn standin_api(client: &Client, ns: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(STANDIN_GROUP, "v1alpha1", kind);
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(&gvk, plural),
+    )
+}
+
+async fn create(api: &Api<DynamicObject>, obj: Value) -> DynamicObject {
+    let obj: DynamicObject = serde_json::from_value(obj).expect("object");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create {:?}: {e}", obj.metadata.name))
+}
+
+async fn patch_status(api: &Api<DynamicObject>, name: &str, status: Value) {
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("status of {name}: {e}"));
+}
+
+fn provider_id(ns: &str, machine: &str) -> String {
+    format!("remedy-test:///{ns}/{machine}")
+}
+
+/// The Node a Machine's stand-in InfraMachine points at (cluster-scoped,
+/// so named after the namespace).
+fn node_name(ns: &str, machine: &str) -> String {
+    format!("{ns}-{machine}")
+}
+
+/// Writes the Node's Ready condition as the node lifecycle controller
+/// would: `True` (kubelet posting) or `Unknown` (kubelet stopped posting),
+/// with the transition at now.
+async fn set_ready(nodes: &Api<Node>, name: &str, status: &str) {
+    // A transition time has whole seconds: written at the start of one, it
+    // is when the test's clock starts, not up to a second before.
+    let sub = chrono::Utc::now().timestamp_subsec_nanos();
+    tokio::time::sleep(Duration::from_nanos(u64::from(
+        1_000_000_000 - sub.min(999_999_999),
+    )))
+    .await;
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let (reason, message) = match status {
+        "True" => ("KubeletReady", "kubelet is posting ready status"),
+        _ => ("NodeStatusUnknown", "Kubelet stopped posting node status."),
+    };
+    nodes
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [{
+                "type": "Ready", "status": status, "reason": reason, "message": message,
+                "lastHeartbeatTime": now, "lastTransitionTime": now,
+            }]}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("node {name} Ready={status}: {e}"));
+}
+
+/// One workload cluster of the real manager: the Cluster `c` on a stand-in
+/// InfraCluster, a control-plane Machine (its Node makes the real Cluster
+/// controller set ControlPlaneInitialized), the worker Machines of the
+/// MachineSet `workers`, their Nodes, and a MachineHealthCheck on the
+/// workers: Ready=Unknown for [`RULE_SECS`].
+struct Fleet {
+    ns: String,
+    machines: Api<DynamicObject>,
+    nodes: Api<Node>,
+    node_names: Vec<String>,
+}
+
+impl Fleet {
+    async fn create(cluster: &TestCluster, client: &Client, ns: &str, workers: &[&str]) -> Self {
+        ensure_standin_crds(client).await;
+        let clusters = capi_api(client, ns, "Cluster", "clusters");
+        let machines = capi_api(client, ns, "Machine", "machines");
+        let sets = capi_api(client, ns, "MachineSet", "machinesets");
+        let mhcs = capi_api(client, ns, "MachineHealthCheck", "machinehealthchecks");
+        let infra_clusters = standin_api(client, ns, "StandInCluster", "standinclusters");
+        let infra_machines = standin_api(client, ns, "StandInMachine", "standinmachines");
+        let nodes: Api<Node> = Api::all(client.clone());
+
+        // The workload cluster is the test apiserver itself: the MHC and the
+        // Machine controller read its Nodes through this kubeconfig.
+        let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig).expect("kubeconfig");
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "c-kubeconfig", "labels": {CLUSTER_NAME_LABEL: "c"}},
+            "type": "cluster.x-k8s.io/secret",
+            "stringData": {"value": kubeconfig},
+        }))
+        .expect("secret");
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("kubeconfig secret");
+
+        create(
+            &infra_clusters,
+            json!({
+                "apiVersion": format!("{STANDIN_GROUP}/v1alpha1"), "kind": "StandInCluster",
+                "metadata": {"name": "c"}, "spec": {},
+            }),
+        )
+        .await;
+        patch_status(
+            &infra_clusters,
+            "c",
+            json!({"initialization": {"provisioned": true}}),
+        )
+        .await;
+        create(&clusters, json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c"},
+            "spec": {
+                "clusterNetwork": {"serviceDomain": "cluster.local"},
+                "infrastructureRef": {"apiGroup": STANDIN_GROUP, "kind": "StandInCluster", "name": "c"},
+            },
+        }))
+        .await;
+
+        let set = create(&sets, json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+            "metadata": {
+                "name": "workers",
+                // Its Machines are the test's: a deleted one is not replaced
+                // (there is nothing to clone it from).
+                "annotations": {"cluster.x-k8s.io/disable-machine-create": "true"},
+            },
+            "spec": {
+                "clusterName": "c",
+                "replicas": workers.len(),
+                "selector": {"matchLabels": {POOL_LABEL: "workers"}},
+                "template": {
+                    "metadata": {"labels": {POOL_LABEL: "workers"}},
+                    "spec": {
+                        "clusterName": "c",
+                        "bootstrap": {"dataSecretName": "bootstrap"},
+                        "infrastructureRef": {"apiGroup": STANDIN_GROUP, "kind": "StandInMachine", "name": "template"},
+                    },
+                },
+            },
+        }))
+        .await;
+        let set_uid = set.uid().expect("uid");
+
+        let mut node_names = Vec::new();
+        let all = std::iter::once("cp-0").chain(workers.iter().copied());
+        for m in all {
+            let node = node_name(ns, m);
+            let n: Node = serde_json::from_value(json!({
+                "metadata": {"name": node},
+                "spec": {"providerID": provider_id(ns, m)},
+            }))
+            .expect("node");
+            nodes
+                .create(&PostParams::default(), &n)
+                .await
+                .unwrap_or_else(|e| panic!("node {node}: {e}"));
+            set_ready(&nodes, &node, "True").await;
+            node_names.push(node);
+
+            create(
+                &infra_machines,
+                json!({
+                    "apiVersion": format!("{STANDIN_GROUP}/v1alpha1"), "kind": "StandInMachine",
+                    "metadata": {"name": m}, "spec": {"providerID": provider_id(ns, m)},
+                }),
+            )
+            .await;
+            patch_status(
+                &infra_machines,
+                m,
+                json!({"initialization": {"provisioned": true}}),
+            )
+            .await;
+
+            let mut labels = json!({CLUSTER_NAME_LABEL: "c"});
+            let mut owners = json!([]);
+            if m == "cp-0" {
+                labels["cluster.x-k8s.io/control-plane"] = json!("");
+            } else {
+                labels[POOL_LABEL] = json!("workers");
+                owners = json!([{
+                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+                    "name": "workers", "uid": set_uid, "controller": true, "blockOwnerDeletion": true,
+                }]);
+            }
+            create(&machines, json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": m, "labels": labels, "ownerReferences": owners},
+                "spec": {
+                    "clusterName": "c",
+                    "bootstrap": {"dataSecretName": "bootstrap"},
+                    "infrastructureRef": {"apiGroup": STANDIN_GROUP, "kind": "StandInMachine", "name": m},
+                },
+            }))
+            .await;
+        }
+
+        create(
+            &mhcs,
+            json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+                "metadata": {"name": "workers"},
+                "spec": {
+                    "clusterName": "c",
+                    "selector": {"matchLabels": {POOL_LABEL: "workers"}},
+                    "checks": {
+                        "unhealthyNodeConditions": [
+                            {"type": "Ready", "status": "Unknown", "timeoutSeconds": RULE_SECS},
+                        ],
+                    },
+                },
+            }),
+        )
+        .await;
+
+        let fleet = Self {
+            ns: ns.to_string(),
+            machines,
+            nodes,
+            node_names,
+        };
+        // Everything as the real controllers see a running cluster: the
+        // Cluster's two conditions the MHC needs, every Machine with the
+        // Node the Machine controller found by providerID, and the MHC
+        // counting every worker healthy.
+        eventually(
+            Duration::from_secs(90),
+            "Cluster InfrastructureReady and ControlPlaneInitialized",
+            || async {
+                let c = clusters.get("c").await.ok()?;
+                let cond = |t: &str| {
+                    c.data["status"]["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter().any(|x| x["type"] == t && x["status"] == "True")
+                    })
+                };
+                (cond("InfrastructureReady") && cond("ControlPlaneInitialized")).then_some(())
+            },
+        )
+        .await;
+        for m in std::iter::once("cp-0").chain(workers.iter().copied()) {
+            let want = node_name(ns, m);
+            eventually(
+                Duration::from_secs(60),
+                "nodeRef set by the Machine controller",
+                || {
+                    let machines = fleet.machines.clone();
+                    let want = want.clone();
+                    async move {
+                        let o = machines.get(m).await.ok()?;
+                        (o.data["status"]["nodeRef"]["name"] == want.as_str()).then_some(())
+                    }
+                },
+            )
+            .await;
+        }
+        let n = workers.len();
+        eventually(
+            Duration::from_secs(60),
+            "the MHC counting every worker healthy",
+            || async {
+                let h = mhcs.get("workers").await.ok()?;
+                let s = &h.data["status"];
+                (s["expectedMachines"] == n && s["currentHealthy"] == n).then_some(())
+            },
+        )
+        .await;
+        fleet
+    }
+
+    async fn set_ready(&self, machine: &str, status: &str) {
+        set_ready(&self.nodes, &node_name(&self.ns, machine), status).await;
+    }
+
+    /// Gone, or being deleted.
+    async fn deleted(&self, machine: &str) -> bool {
+        match self.machines.get_opt(machine).await.expect("get machine") {
+            None => true,
+            Some(o) => o.metadata.deletion_timestamp.is_some(),
+        }
+    }
+
+    async fn held(&self, machine: &str) -> bool {
+        self.machines
+            .get_opt(machine)
+            .await
+            .expect("get machine")
+            .is_some_and(|o| {
+                o.annotations().get(CAPI_PAUSED).map(String::as_str) == Some(PAUSE_MARKER)
+            })
+    }
+
+    /// How long until `machine` is deleted, `None` if not within `secs`.
+    async fn wait_deleted(&self, machine: &str, secs: u64) -> Option<Duration> {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(secs) {
+            if self.deleted(machine).await {
+                return Some(start.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+
+    /// The Machine's MHC condition, `(status, reason)`.
+    async fn health(&self, machine: &str) -> Option<(String, String)> {
+        let o = self.machines.get_opt(machine).await.ok()??;
+        let c = o.data["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "HealthCheckSucceeded")?
+            .clone();
+        Some((
+            c["status"].as_str()?.to_string(),
+            c["reason"].as_str().unwrap_or_default().to_string(),
+        ))
+    }
+}
+
+impl Drop for Fleet {
+    /// Nodes are cluster-scoped: the namespace does not take them along.
+    fn drop(&mut self) {
+        let nodes = self.nodes.clone();
+        let names = std::mem::take(&mut self.node_names);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                for n in names {
+                    let _ = nodes.delete(&n, &Default::default()).await;
+                }
+            });
+        }
+    }
+}
+
+/// remedy watching Machines (v1beta2, the manager's storage version), with
+/// an outage breaker that holds once three Machines fail and releases
+/// `cooldown` after.
+fn config(ns: &str, cooldown: &str) -> String {
+    format!(
+        "namespaces: [{ns}]\ntick: 500ms\nleader_election: {{enabled: false}}\n\
+         breaker: {{open_ratio: 0.3, close_ratio: 0.1, min_resources: 3, window: 1s, cooldown: {cooldown}}}\n\
+         backoff: {{base: 1s, cap: 2s}}\n\
+         budget: {{refill_per_second: 5, burst: 5}}\n\
+         profiles:\n\
+         - {{builtin: capi-machine, version: v1beta2}}\n"
+    )
+}
+
+/// What a CAPI v1beta2 Machine shows after its provider's create got a 503
+/// (the failure fields moved under `deprecated.v1beta1`): transient for
+/// remedy. The v1.12 MHC does not read these fields.
+fn failed_status() -> Value {
+    json!({"deprecated": {"v1beta1": {
+        "failureReason": "CreateError",
+        "failureMessage": "Expected HTTP response code [202] when accessing [POST https://nova:8774/v2.1/servers], but got 503 instead",
+    }}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_mhc_replaces_a_machine_remedy_has_no_reason_to_hold() {
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "capi-mhc-free").await;
+    let _manager = start_manager(cluster, &ns, &[]).await;
+    let fleet = Fleet::create(cluster, &client, &ns, &["w-0", "w-1"]).await;
+    let remedy = Remedy::serve(cluster, &config(&ns, "2s"));
+    remedy.wait_ready().await;
+    // remedy has listed the Machines (and holds none: nothing fails).
+    remedy
+        .until(
+            Duration::from_secs(30),
+            "remedy watching the Machines",
+            || async {
+                remedy
+                    .metric(r#"remedy_watch_synced{kind="Machine"}"#)
+                    .await
+                    == 1.0
+            },
+        )
+        .await;
+
+    fleet.set_ready("w-0", "Unknown").await;
+    let took = fleet.wait_deleted("w-0", 30).await.unwrap_or_else(|| {
+        panic!(
+            "w-0 not deleted 30 s after its Node went Unknown (rule {RULE_SECS} s)\n{}",
+            remedy.log_tail()
+        )
+    });
+    eprintln!(
+        "real MHC v1.12.5 with remedy running: Machine deleted {took:?} after its Node went Unknown (rule {RULE_SECS} s)"
+    );
+    assert!(
+        took >= Duration::from_secs(RULE_SECS),
+        "deleted before the rule's {RULE_SECS} s: {took:?}"
+    );
+    // Its healthy sibling stays, and remedy wrote nothing on either.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!fleet.deleted("w-1").await, "w-1's Node is Ready");
+    assert_eq!(
+        fleet.health("w-1").await,
+        Some(("True".into(), "HealthCheckSucceeded".into()))
+    );
+    let hold = remedy
+        .metric(r#"remedy_actions_total{action="hold",result="success"}"#)
+        .await;
+    assert_eq!(hold, 0.0, "remedy held something\n{}", remedy.log_tail());
+    let w1 = fleet.machines.get("w-1").await.expect("w-1");
+    assert!(
+        !w1.annotations().contains_key(CAPI_PAUSED),
+        "{:?}",
+        w1.annotations()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_mhc_leaves_machines_remedy_holds_and_judges_them_afresh_once_released() {
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "capi-mhc-held").await;
+    let _manager = start_manager(cluster, &ns, &[]).await;
+    // w-0..w-2 fail and are held; w-3 is not. Nodes: w-0 Unknown through
+    // the hold and after; w-1 Unknown, then Ready again before the release;
+    // w-2 Ready throughout; w-3 Unknown (the control: not held, so the MHC
+    // replaces it as usual).
+    let fleet = Fleet::create(cluster, &client, &ns, &["w-0", "w-1", "w-2", "w-3"]).await;
+    // The cooldown outlasts the 20 s watched below.
+    let remedy = Remedy::serve(cluster, &config(&ns, "35s"));
+    remedy.wait_ready().await;
+    for m in ["w-0", "w-1", "w-2"] {
+        patch_status(&fleet.machines, m, failed_status()).await;
+    }
+    remedy
+        .until(
+            Duration::from_secs(30),
+            "w-0, w-1, w-2 held by the breaker",
+            || async {
+                fleet.held("w-0").await && fleet.held("w-1").await && fleet.held("w-2").await
+            },
+        )
+        .await;
+    let held_at = Instant::now();
+    assert!(!fleet.held("w-3").await, "w-3 does not fail");
+
+    for m in ["w-0", "w-1", "w-3"] {
+        fleet.set_ready(m, "Unknown").await;
+    }
+    let unknown_at = Instant::now();
+    // Well past the rule: the held ones stay, the free one goes.
+    let mut w3_deleted = None;
+    let mut w1_recovered = false;
+    while unknown_at.elapsed() < Duration::from_secs(20) {
+        for m in ["w-0", "w-1", "w-2"] {
+            assert!(
+                !fleet.deleted(m).await,
+                "{m} deleted {:?} after its Node went Unknown, while remedy held it",
+                unknown_at.elapsed()
+            );
+        }
+        if w3_deleted.is_none() && fleet.deleted("w-3").await {
+            w3_deleted = Some(unknown_at.elapsed());
+        }
+        if !w1_recovered && unknown_at.elapsed() > Duration::from_secs(12) {
+            fleet.set_ready("w-1", "True").await;
+            w1_recovered = true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for m in ["w-0", "w-1", "w-2"] {
+        assert!(
+            fleet.held(m).await,
+            "{m} released {:?} after the hold: the cooldown is too short for this test",
+            held_at.elapsed()
+        );
+    }
+    let w3_deleted = w3_deleted.unwrap_or_else(|| panic!("w-3 (not held) was not deleted in 20 s"));
+
+    // The breaker closes: remedy clears each failure and unpauses.
+    remedy
+        .until(Duration::from_secs(40), "w-0 released", || async {
+            !fleet.held("w-0").await
+        })
+        .await;
+    let released_at = Instant::now();
+    let w0_after_release = fleet.wait_deleted("w-0", 20).await.unwrap_or_else(|| {
+        panic!(
+            "w-0 (Node Unknown for {:?}) not deleted 20 s after its release\n{}",
+            unknown_at.elapsed(),
+            remedy.log_tail()
+        )
+    });
+    remedy
+        .until(Duration::from_secs(20), "w-1 and w-2 released", || async {
+            !fleet.held("w-1").await && !fleet.held("w-2").await
+        })
+        .await;
+    // Healthy Nodes: the MHC finds nothing to do after the release.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for m in ["w-1", "w-2"] {
+        assert!(
+            !fleet.deleted(m).await,
+            "{m} deleted after its release, its Node Ready"
+        );
+        let o = fleet.machines.get(m).await.expect("machine");
+        assert!(
+            o.data["status"]["deprecated"]["v1beta1"]
+                .get("failureReason")
+                .is_none(),
+            "{m}: remedy's release clears the failure: {}",
+            o.data["status"]
+        );
+        assert!(!o.annotations().contains_key(CAPI_PAUSED), "{m} unpaused");
+        assert!(
+            !o.annotations().contains_key(HOLD_ANNOTATION),
+            "{m} record gone"
+        );
+        assert_eq!(
+            fleet.health(m).await,
+            Some(("True".into(), "HealthCheckSucceeded".into())),
+            "{m}"
+        );
+    }
+    // Each release cleared the failure under skip-remediation (set, then
+    // removed), so the MHC skipped the Machine until the pause went
+    // (the unpause is counted as the release).
+    let (_, text) = remedy.get("/metrics").await.expect("metrics");
+    for (action, n) in [
+        ("skip_remediation", 6.0),
+        ("clear_failure", 3.0),
+        ("release", 3.0),
+    ] {
+        assert_eq!(
+            crate::support::sample(
+                &text,
+                &format!(r#"remedy_actions_total{{action="{action}",result="success"}}"#)
+            ),
+            Some(n),
+            "{action}\n{text}"
+        );
+    }
+    eprintln!(
+        "real MHC v1.12.5 and remedy's hold: not-held w-3 deleted {w3_deleted:?} after its Node went Unknown; \
+         held w-0 kept {:?} while held (Node Unknown throughout), deleted {w0_after_release:?} after remedy released it; \
+         w-1 (Node Ready again during the hold) and w-2 (Ready) kept 10 s after release",
+        released_at.duration_since(unknown_at)
+    );
+}
+
+/// What a hold on a Machine does not stop: the MHC's verdict is carried
+/// out by the MachineSet, which deletes every Machine with
+/// `HealthCheckSucceeded=False` and `OwnerRemediated=False`
+/// (`reconcileUnhealthyMachines`, `collections.IsUnhealthyAndOwnerRemediated`)
+/// and does not look at the Machine's pause. The MHC skips a paused Machine
+/// altogether, so a verdict written before the hold is never revised. A
+/// MachineSet defers remediation (a MachineDeployment's `maxInFlight`, its
+/// preflight checks); here a human pause on the MachineSet stands in for
+/// that deferral.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_hold_does_not_stop_a_remediation_the_mhc_ordered_before_it() {
+    use crate::remediate::executor;
+    use remedy::metrics::Metrics;
+    use remedy::model::profile::{HoldRecord, builtin};
+    use remedy::model::view::ResourceKey;
+    use remedy::remediate::plan::{Goal, Step};
+
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "capi-mhc-marked").await;
+    let _manager = start_manager(cluster, &ns, &[]).await;
+    let fleet = Fleet::create(cluster, &client, &ns, &["w-0", "w-1"]).await;
+    let sets = capi_api(&client, &ns, "MachineSet", "machinesets");
+    let pause_set = |on: bool| {
+        let sets = sets.clone();
+        async move {
+            let v = if on { json!("") } else { Value::Null };
+            sets.patch(
+                "workers",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {CAPI_PAUSED: v}}})),
+            )
+            .await
+            .expect("pause the MachineSet");
+        }
+    };
+    pause_set(true).await;
+    fleet.set_ready("w-0", "Unknown").await;
+    eventually(
+        Duration::from_secs(30),
+        "the MHC's verdict on w-0",
+        || async {
+            let o = fleet.machines.get("w-0").await.ok()?;
+            let cond = |t: &str| {
+                o.data["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == t)
+                    .map(|c| c["status"] == "False")
+            };
+            (cond("HealthCheckSucceeded")? && cond("OwnerRemediated")?).then_some(())
+        },
+    )
+    .await;
+    assert!(!fleet.deleted("w-0").await, "its MachineSet is paused");
+
+    // remedy holds it (as its breaker would), and its Node comes back.
+    let mut profile = builtin("capi-machine").expect("profile");
+    profile.version = "v1beta2".into();
+    let ex = executor(
+        client.clone(),
+        std::sync::Arc::new(Metrics::new(100)),
+        false,
+    );
+    let record = HoldRecord {
+        since: chrono::Utc::now(),
+        reason: "breaker".into(),
+        crash_count: 1,
+        value: None,
+    };
+    let out = ex
+        .run(
+            &profile,
+            &ResourceKey::new("Machine", &ns, "w-0"),
+            &Goal::Hold(record),
+        )
+        .await
+        .expect("hold w-0");
+    assert_eq!(out.steps, vec![Step::Hold]);
+    fleet.set_ready("w-0", "True").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        fleet.health("w-0").await.map(|h| h.0).as_deref(),
+        Some("False"),
+        "the MHC skips a paused Machine: its verdict stays"
+    );
+
+    // The MachineSet resumes: it deletes the held Machine, Node Ready.
+    pause_set(false).await;
+    let took = fleet
+        .wait_deleted("w-0", 20)
+        .await
+        .expect("the MachineSet deletes w-0 despite remedy's hold");
+    // Still there, held: paused, the Machine controller keeps its finalizer.
+    let w0 = fleet.machines.get("w-0").await.expect("w-0 still there");
+    assert!(w0.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        w0.annotations().get(CAPI_PAUSED).map(String::as_str),
+        Some(PAUSE_MARKER),
+        "deleted while held"
+    );
+    assert!(!fleet.deleted("w-1").await, "w-1 was never unhealthy");
+    eprintln!(
+        "real CAPI v1.12.5: a Machine the MHC marked before remedy's hold, Node Ready again, \
+         deleted by its MachineSet {took:?} after the MachineSet resumed, while held"
+    );
+}
