@@ -5,6 +5,10 @@
 # proxy does not serve. Output (git-ignored), one directory per set:
 #   bin/crds/default/    Cluster API v1.12 (stores v1beta2): the default
 #   bin/crds/capi-v1.10/ the same with Cluster API v1.10 (stores v1beta1)
+#   bin/crds/capo/       default plus every CRD of CAPO v0.14.7 and ORC's Image,
+#                        which the real CAPO manager (capo.sh) watches
+#   bin/crds/capo-v0.15/ Cluster API v1.13.4 with CAPO v0.15.0-beta.0 (v1beta2,
+#                        from ../shared/upstream: the proxy does not serve it)
 # Warm runs are no-ops: a set is rebuilt only when this script or a
 # stand-in is newer than its stamp.
 set -euo pipefail
@@ -17,6 +21,11 @@ CAPA=v2.13.0
 XP_KUBERNETES=v1.3.1 # v1.4.x needs Go >= 1.27
 PROM_OPERATOR=v0.85.0
 CERT_MANAGER=v1.21.2
+CAPO_REAL=v0.14.7     # testenv/capo.sh builds the same version
+ORC_REAL=v2.4.0       # the ORC module CAPO v0.14.7's go.mod requires
+CAPI_NEXT=v1.13.4     # what CAPO v0.15.0-beta.0's go.mod requires
+ORC_NEXT=v2.6.0
+CAPO_NEXT_TGZ=../../shared/upstream/cluster-api-provider-openstack-v0.15.0-beta.0.tar.gz
 
 # module@version → the extracted module directory in the module cache.
 fetch() {
@@ -31,9 +40,13 @@ fetch() {
   echo "$dir"
 }
 
-# build SET CAPI_VERSION
+# build SET CAPI_VERSION [EXTRA [LABELS]]: EXTRA is more "module@version file"
+# lines (or "tgz:PATH file" for a CRD from a source tarball), copied after
+# the common list so they replace a file of the same name. LABELS ("key:
+# value" lines) go on the CAPO CRDs: the contract labels CAPO's kustomization
+# adds, without which the Cluster API controllers refuse its objects.
 build() {
-  local set=$1 capi=$2 dst=bin/crds/$1 tmp m file dir
+  local set=$1 capi=$2 extra=${3:-} labels=${4:-} dst=bin/crds/$1 tmp m file dir
   local stamp=$dst/.stamp
   if [[ -f $stamp ]] && [[ -z $(find crds.sh crds -newer "$stamp" -print -quit) ]]; then
     return 0
@@ -69,8 +82,27 @@ github.com/prometheus-operator/prometheus-operator@$PROM_OPERATOR example/promet
 github.com/cert-manager/cert-manager@$CERT_MANAGER deploy/crds/cert-manager.io_certificates.yaml
 github.com/cert-manager/cert-manager@$CERT_MANAGER deploy/crds/cert-manager.io_issuers.yaml
 EOF
+  while read -r m file; do
+    [[ -n $m ]] || continue
+    if [[ $m == tgz:* ]]; then
+      tar -xzf "${m#tgz:}" -O "$file" >"$tmp/$(basename "$file")"
+    else
+      dir=$(fetch "$m")
+      cp "$dir/$file" "$tmp/"
+    fi
+    echo "$m $file" >>"$tmp/SOURCES"
+  done <<<"$extra"
   cp crds/*.yaml "$tmp/"
-  chmod u+w "$tmp"/*.yaml # the module cache is read-only
+  chmod u+w "$tmp"/*.yaml
+  if [[ -n $labels ]]; then
+    for file in "$tmp"/infrastructure.cluster.x-k8s.io_openstack*.yaml; do
+      awk -v labels="$labels" '!done && /^metadata:$/ {
+          print; print "  labels:"; n = split(labels, l, "\n")
+          for (i = 1; i <= n; i++) if (l[i] != "") print "    " l[i]
+          done = 1; next } { print }' "$file" >"$file.new"
+      mv "$file.new" "$file"
+    done
+  fi # the module cache is read-only
   touch "$tmp/.stamp"
   rm -rf "$dst"
   mv "$tmp" "$dst"
@@ -80,3 +112,21 @@ mkdir -p bin/crds
 rm -rf bin/crds/.tmp.* # left by a failed run
 build default "$CAPI_DEFAULT"
 build capi-v1.10 "$CAPI_OLD"
+
+capo_crds() { # MODULE-OR-TGZ PREFIX ORC: every CAPO CRD and ORC's Image
+  local k
+  for k in openstackclusteridentities openstackclusters openstackclustertemplates \
+    openstackfloatingippools openstackmachines openstackmachinetemplates openstackservers; do
+    echo "$1 ${2}config/crd/bases/infrastructure.cluster.x-k8s.io_$k.yaml"
+  done
+  echo "github.com/k-orc/openstack-resource-controller/v2@$3 config/crd/bases/openstack.k-orc.cloud_images.yaml"
+}
+build capo "$CAPI_DEFAULT" "$(capo_crds "sigs.k8s.io/cluster-api-provider-openstack@$CAPO_REAL" "" "$ORC_REAL")" \
+  "cluster.x-k8s.io/v1beta1: v1beta1"
+if [[ -f $CAPO_NEXT_TGZ ]]; then
+  build capo-v0.15 "$CAPI_NEXT" "$(capo_crds "tgz:$CAPO_NEXT_TGZ" cluster-api-provider-openstack/ "$ORC_NEXT")" \
+    "cluster.x-k8s.io/v1beta1: v1beta1
+cluster.x-k8s.io/v1beta2: v1beta2"
+else
+  echo "crds.sh: $CAPO_NEXT_TGZ missing: CRD set capo-v0.15 not built" >&2
+fi

@@ -6,6 +6,7 @@ mod alert_loop;
 mod apiserver_429;
 mod capi_mhc;
 mod capi_real;
+mod capo_real;
 mod cli;
 mod crds;
 mod crossplane;

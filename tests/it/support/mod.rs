@@ -6,6 +6,7 @@ pub mod capi;
 pub mod capo;
 pub mod node;
 pub mod objects;
+pub mod openstack;
 pub mod procs;
 pub mod proxy;
 pub mod storm;
@@ -36,6 +37,11 @@ pub enum CrdSet {
     /// storage version, so v1beta1 status fields such as
     /// `status.failureReason` are kept.
     CapiV1_10,
+    /// Default plus every CRD of CAPO v0.14.7 (with its contract label) and
+    /// ORC's Image: what the real CAPO manager (`testenv/capo.sh`) watches.
+    Capo,
+    /// Cluster API v1.13.4 with CAPO v0.15.0-beta.0's v1beta2 CRDs.
+    CapoV0_15,
 }
 
 impl CrdSet {
@@ -43,6 +49,8 @@ impl CrdSet {
         match self {
             CrdSet::Default => "default",
             CrdSet::CapiV1_10 => "capi-v1.10",
+            CrdSet::Capo => "capo",
+            CrdSet::CapoV0_15 => "capo-v0.15",
         }
     }
 }
