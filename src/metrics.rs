@@ -1402,7 +1402,7 @@ mod tests {
     /// The label values the code writes, where they are a table (or an
     /// enum's labels) and not pre-set: what the README must enumerate.
     fn code_values(metric: &str, label: &str) -> Option<Vec<&'static str>> {
-        use crate::decide::budget::WaitReason;
+        use crate::decide::release::WaitReason;
         use crate::model::domains::DomainBy;
         let v = match (metric, label) {
             ("remedy_outage_breaker_open", "scope") => [
@@ -1504,7 +1504,7 @@ mod tests {
         m.waiting
             .get_or_create(&KindReasonLabels {
                 kind: "OpenStackMachine".into(),
-                reason: crate::decide::budget::WaitReason::Budget.label(),
+                reason: crate::decide::release::WaitReason::Budget.label(),
             })
             .set(1);
         m.action_duration

@@ -7,7 +7,7 @@ use crate::daemon::leader::Leadership;
 use crate::daemon::pause::PauseSwitch;
 use crate::daemon::store::Store;
 use crate::daemon::watch;
-use crate::decide::budget::TokenBucket;
+use crate::decide::bucket::TokenBucket;
 use crate::metrics::{ActionKindLabels, Metrics};
 use crate::model::profile::{Profile, RESUMED_ANNOTATION};
 use crate::model::view::ResourceKey;

@@ -5,15 +5,19 @@
 //! Kubernetes, Prometheus or alert scopes, which the caller turns into
 //! [`Fact`]s. Pure: the same facts at the same times give the same goals.
 
+pub mod breaker;
 pub mod breakers;
-pub mod budget;
+pub mod bucket;
 pub mod episodes;
 pub mod pace;
 pub mod recovery;
+pub mod release;
 pub mod retry;
 
 use crate::config::{BreakerConfig, BudgetConfig};
-use crate::decide::budget::{Candidate, Owners, Sample, TokenBucket, WaitReason, plan_owned};
+use crate::decide::breaker::Sample;
+use crate::decide::bucket::TokenBucket;
+use crate::decide::release::{Candidate, Owners, WaitReason, plan_owned};
 use crate::model::domains::DomainBy;
 use breakers::Breakers;
 use pace::{Answer, Pace};
@@ -22,7 +26,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use crate::decide::budget::BreakerState;
+pub use crate::decide::breaker::BreakerState;
 
 /// Hold reason recorded for breaker holds; alert holds record `alert:<name>`.
 pub const BREAKER_REASON: &str = "breaker";

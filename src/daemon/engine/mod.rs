@@ -70,7 +70,7 @@ struct State {
     release_order: HashMap<ResourceKey, (usize, usize)>,
     /// Paces notes (`remedy.dev/why`): a twentieth of the write pace, so
     /// a fleet's notes never crowd the apiserver or the writes that matter.
-    notes: crate::decide::budget::TokenBucket,
+    notes: crate::decide::bucket::TokenBucket,
     /// `remedy_apiserver_throttled_total` as last seen and when it last
     /// moved (engine clock): notes wait out [`NOTE_QUIET`] after a 429.
     throttled_seen: (u64, Option<Duration>),
@@ -140,7 +140,7 @@ impl Engine {
                 retries: Retries::default(),
                 firing_proof_at: None,
                 release_order: HashMap::new(),
-                notes: crate::decide::budget::TokenBucket::new(
+                notes: crate::decide::bucket::TokenBucket::new(
                     (cfg.budget.writes_per_second / 20.0).max(0.2),
                     NOTE_BURST,
                 ),

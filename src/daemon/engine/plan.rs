@@ -358,7 +358,7 @@ impl Engine {
         st.retries.retain(|k| store.get(k).is_some());
 
         for p in profiles {
-            use crate::decide::budget::WaitReason as W;
+            use crate::decide::release::WaitReason as W;
             let decided = [W::Breaker, W::Backoff, W::Budget, W::Owner].map(|w| w.label());
             for reason in decided.into_iter().chain(["settle", RETRY]) {
                 let n = waiting_counts
@@ -487,7 +487,7 @@ impl Engine {
         &self,
         held: &HashMap<ResourceKey, Held>,
         waiting: &BTreeMap<String, String>,
-        pace: &mut crate::decide::budget::TokenBucket,
+        pace: &mut crate::decide::bucket::TokenBucket,
         now: Duration,
     ) {
         for (key, h) in held {
