@@ -1214,7 +1214,7 @@ mod tests {
     fn preset_values_match_the_code_and_readme() {
         use crate::daemon::execute::ExecError;
         use crate::decide::episodes::Refusal;
-        use crate::remediate::plan::{Goal, Step};
+        use crate::remediate::step::{Goal, Step};
         use crate::signals::AlertStatus;
         let goals = [Goal::Release, Goal::Remediate];
         let steps = [
@@ -1415,7 +1415,7 @@ mod tests {
             .iter()
             .map(DomainBy::label)
             .collect(),
-            // daemon/engine/plan.rs: decide's wait reasons, "settle" (held for an
+            // daemon/engine/round.rs: decide's wait reasons, "settle" (held for an
             // alert not yet verified cleared) and "retry".
             ("remedy_waiting_resources", "reason") => {
                 let mut v: Vec<_> = [

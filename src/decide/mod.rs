@@ -56,7 +56,7 @@ impl Pause {
         !matches!(self, Self::No | Self::Foreign)
     }
 
-    /// From the hold record's reason.
+    /// From the hold mark's reason.
     pub fn from_reason(reason: Option<&str>) -> Self {
         match reason {
             Some(BREAKER_REASON) => Self::Breaker,
@@ -120,7 +120,7 @@ pub enum Action {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hold<K> {
+pub struct HoldOrder<K> {
     pub key: K,
     /// `breaker` or `alert:<name>`.
     pub reason: String,
@@ -145,7 +145,7 @@ pub struct Context {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decisions<K> {
-    pub holds: Vec<Hold<K>>,
+    pub holds: Vec<HoldOrder<K>>,
     /// In release order (lowest crash_count first, domains taking turns).
     pub actions: Vec<(K, Action)>,
     pub waiting: Vec<(K, WaitReason)>,
@@ -392,7 +392,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                     Some(alert) => format!("{ALERT_PREFIX}{alert}"),
                     None => BREAKER_REASON.to_string(),
                 };
-                self.out.holds.push(Hold {
+                self.out.holds.push(HoldOrder {
                     key: key.clone(),
                     reason,
                     crash_count: f.crash_count.saturating_add(1),

@@ -5,7 +5,7 @@
 //! for us and retries 5xx (docs/upstream-behaviour.md, "Alertmanager
 //! webhook retries").
 
-use super::dedupe::{Dedupe, Verdict};
+use super::dedupe::{Dedupe, Delivery};
 use super::{AlertEvent, AlertStatus, SignalError, valid_label_name};
 use crate::config::{AlertRule, WebhookConfig};
 use crate::metrics::Metrics;
@@ -722,7 +722,7 @@ impl WebhookState {
             self.metrics.webhook(status.as_str(), "ignored");
             return None;
         };
-        if dedupe.check(&a.fingerprint, status, a.starts_at, now) != Verdict::New {
+        if dedupe.check(&a.fingerprint, status, a.starts_at, now) != Delivery::New {
             summary.duplicate += 1;
             self.metrics.webhook(status.as_str(), "duplicate");
             return None;

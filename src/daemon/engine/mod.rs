@@ -16,12 +16,12 @@ use crate::decide::retry::Retries;
 use crate::decide::{ALERT_PREFIX, Action, Context, Core, CoreConfig, Fact, Failing, Pause};
 use crate::metrics::{EpisodeLabels, KindReasonLabels, Metrics, ScopeLabels};
 use crate::model::classify::Verdict;
-use crate::model::profile::{HoldRecord, Profile};
+use crate::model::profile::{HoldMark, Profile};
 use crate::model::scope::{AlertRules, Scope};
 use crate::model::view::{PauseState, ResourceKey};
-use crate::record::kube::RecordApi;
+use crate::record::configmap::RecordApi;
 use crate::record::sync::Tracker;
-use crate::remediate::plan::{Goal, Step};
+use crate::remediate::step::{Goal, Step};
 use crate::signals::verify::Verifier;
 use crate::signals::{AlertEvent, AlertStatus};
 use crate::supervise::{Heartbeat, Supervisor};
@@ -42,8 +42,8 @@ const WORKERS: usize = 4;
 mod alerts;
 mod explain;
 mod pending;
-mod plan;
 mod record;
+mod round;
 mod status;
 
 pub use explain::{Explanation, HoldView};
@@ -247,7 +247,7 @@ impl Engine {
             (Some(v), Some(q)) => v.query_scalar(q).await.ok().flatten(),
             _ => None,
         };
-        self.plan(now, wall, external, leader);
+        self.round(now, wall, external, leader);
     }
 
     #[cfg(test)]

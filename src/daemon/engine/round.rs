@@ -10,7 +10,7 @@ impl Engine {
     /// The synchronous part of a tick: the store and the episodes through
     /// the decision core, goals queued for the workers. Clocks are passed
     /// in so a recorded run can be replayed.
-    pub(super) fn plan(
+    pub(super) fn round(
         &self,
         now: Duration,
         wall: DateTime<Utc>,
@@ -242,7 +242,7 @@ impl Engine {
         }
         if leader && !paused {
             for hold in d.holds {
-                let record = HoldRecord {
+                let record = HoldMark {
                     since: wall,
                     reason: hold.reason,
                     crash_count: hold.crash_count,
@@ -525,7 +525,7 @@ struct Held {
     backoff: Duration,
     /// When that wait ends, while there is one.
     not_before: Option<DateTime<Utc>>,
-    /// The hold record's reason (`breaker`, `alert:NAME`).
+    /// The hold mark's reason (`breaker`, `alert:NAME`).
     reason: Option<Box<str>>,
     /// Digest of the note on the object (`ResourceView::why`).
     why: u64,
