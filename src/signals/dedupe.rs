@@ -20,7 +20,7 @@ pub const DEFAULT_CAPACITY: usize = 50_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Delivery {
-    /// Not seen before: forward it, then `record` it once forwarded.
+    /// Not seen before: forward it, then `remember` it once forwarded.
     New,
     /// Exactly what was already forwarded.
     Duplicate,
@@ -107,7 +107,7 @@ impl Dedupe {
 
     /// Records a forwarded event. Never moves a record backwards, so a
     /// `record` without a preceding `New` cannot undo newer knowledge.
-    pub fn record(
+    pub fn remember(
         &mut self,
         fingerprint: &str,
         status: AlertStatus,
@@ -175,7 +175,7 @@ mod tests {
     fn offer(d: &mut Dedupe, fp: &str, st: AlertStatus, s: i64, now: i64) -> Delivery {
         let v = d.check(fp, st, t(s), t(now));
         if v == Delivery::New {
-            d.record(fp, st, t(s), t(now));
+            d.remember(fp, st, t(s), t(now));
         }
         v
     }
@@ -224,8 +224,8 @@ mod tests {
     #[test]
     fn record_never_moves_backwards() {
         let mut d = Dedupe::new(10);
-        d.record("a", Resolved, t(10), t(0));
-        d.record("a", Firing, t(0), t(1));
+        d.remember("a", Resolved, t(10), t(0));
+        d.remember("a", Firing, t(0), t(1));
         assert_eq!(d.check("a", Resolved, t(10), t(2)), Delivery::Duplicate);
     }
 
@@ -271,7 +271,7 @@ mod tests {
                 let fp = format!("fp{fp}");
                 let now = i64::try_from(i).unwrap_or(i64::MAX);
                 if d.check(&fp, st, t(s), t(now)) == Delivery::New && send_ok {
-                    d.record(&fp, st, t(s), t(now));
+                    d.remember(&fp, st, t(s), t(now));
                     prop_assert!(forwarded.insert((fp, st, s)), "forwarded twice");
                 }
             }

@@ -695,7 +695,7 @@ impl WebhookState {
                 (event.fingerprint.clone(), event.status, event.starts_at);
             match self.tx.try_send(event) {
                 Ok(()) => {
-                    dedupe.record(&fingerprint, status, starts_at, now);
+                    dedupe.remember(&fingerprint, status, starts_at, now);
                     summary.accepted += 1;
                     self.metrics.webhook(status.as_str(), "accepted");
                 }
@@ -771,7 +771,7 @@ impl WebhookState {
         }
         let mut dedupe = self.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
         for ev in &fresh {
-            dedupe.record(&ev.fingerprint, ev.status, ev.starts_at, now);
+            dedupe.remember(&ev.fingerprint, ev.status, ev.starts_at, now);
             summary.accepted += 1;
             self.metrics.webhook(ev.status.as_str(), "accepted");
         }

@@ -157,7 +157,7 @@ async fn stale_signals_after_remedys_write_neither_open_the_breaker_nor_hold() {
     for name in ["a", "b", "c"] {
         store
             .own_writes()
-            .record(&ResourceKey::new("OpenStackMachine", "ns", name), "10");
+            .remember(&ResourceKey::new("OpenStackMachine", "ns", name), "10");
         store.apply(0, &released(name, "10"));
     }
     for _ in 0..3 {
