@@ -1214,7 +1214,7 @@ mod tests {
     fn preset_values_match_the_code_and_readme() {
         use crate::daemon::execute::ExecError;
         use crate::decide::episodes::Refusal;
-        use crate::remediate::plan::{Goal, Step};
+        use crate::remediate::step::{Goal, Step};
         use crate::signals::AlertStatus;
         let goals = [Goal::Release, Goal::Remediate];
         let steps = [
@@ -1402,7 +1402,7 @@ mod tests {
     /// The label values the code writes, where they are a table (or an
     /// enum's labels) and not pre-set: what the README must enumerate.
     fn code_values(metric: &str, label: &str) -> Option<Vec<&'static str>> {
-        use crate::decide::budget::WaitReason;
+        use crate::decide::release::WaitReason;
         use crate::model::domains::DomainBy;
         let v = match (metric, label) {
             ("remedy_outage_breaker_open", "scope") => [
@@ -1415,7 +1415,7 @@ mod tests {
             .iter()
             .map(DomainBy::label)
             .collect(),
-            // daemon/engine/plan.rs: decide's wait reasons, "settle" (held for an
+            // daemon/engine/round.rs: decide's wait reasons, "settle" (held for an
             // alert not yet verified cleared) and "retry".
             ("remedy_waiting_resources", "reason") => {
                 let mut v: Vec<_> = [
@@ -1504,7 +1504,7 @@ mod tests {
         m.waiting
             .get_or_create(&KindReasonLabels {
                 kind: "OpenStackMachine".into(),
-                reason: crate::decide::budget::WaitReason::Budget.label(),
+                reason: crate::decide::release::WaitReason::Budget.label(),
             })
             .set(1);
         m.action_duration

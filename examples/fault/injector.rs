@@ -24,7 +24,7 @@ use kube::{Client, ResourceExt};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER};
+use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldMark, PAUSE_MARKER};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -790,7 +790,7 @@ impl Injector {
                 let reason = obj
                     .annotations()
                     .get(HOLD_ANNOTATION)
-                    .and_then(|r| HoldRecord::parse(r))
+                    .and_then(|r| HoldMark::parse(r))
                     .map(|r| r.reason)
                     .unwrap_or_else(|| "no hold record".into());
                 if let Some((_, o)) = st.outage.as_mut()

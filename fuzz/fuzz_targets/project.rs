@@ -7,8 +7,8 @@
 use kube::api::DynamicObject;
 use libfuzzer_sys::fuzz_target;
 use remedy::model::classify::{Classifier, default_rules};
-use remedy::model::profile::{HoldRecord, builtins};
-use remedy::remediate::plan::{Goal, Step, full_plan};
+use remedy::model::profile::{HoldMark, builtins};
+use remedy::remediate::step::{Goal, Step, all_steps};
 use remedy::model::view::PauseState;
 use serde_json::Value;
 use std::sync::LazyLock;
@@ -31,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
     let Some(classifier) = CLASSIFIER.as_ref() else {
         panic!("seed rules must compile");
     };
-    let hold = HoldRecord {
+    let hold = HoldMark {
         since: chrono::DateTime::UNIX_EPOCH,
         reason: "fuzz".into(),
         crash_count: 1,
@@ -48,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
             assert!(s.len() <= 512, "kept {} bytes", s.len());
         }
         for goal in [Goal::Hold(hold.clone()), Goal::Release, Goal::Remediate] {
-            let (steps, _) = full_plan(&p, &obj, &goal);
+            let (steps, _) = all_steps(&p, &obj, &goal);
             assert!(steps.len() <= 8);
             if projection.view.pause == PauseState::Foreign {
                 assert!(

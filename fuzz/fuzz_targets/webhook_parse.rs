@@ -30,12 +30,12 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(a.alertname.as_ref(), a.labels.get("alertname"));
                 // Forwarded once, then a duplicate: the webhook's idempotency.
                 if dedupe.check(&a.fingerprint, a.status, a.starts_at, now)
-                    == remedy::signals::Verdict::New
+                    == remedy::signals::Delivery::New
                 {
                     dedupe.record(&a.fingerprint, a.status, a.starts_at, now);
                     assert_ne!(
                         dedupe.check(&a.fingerprint, a.status, a.starts_at, now),
-                        remedy::signals::Verdict::New
+                        remedy::signals::Delivery::New
                     );
                 }
             }

@@ -7,7 +7,7 @@ use crate::daemon::execute::{ExecError, Executor, WriteLimiter};
 use crate::daemon::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::model::view::ResourceKey;
-use crate::remediate::plan::{Done, Goal};
+use crate::remediate::step::{Done, Goal};
 use crate::signals::SignalError;
 use crate::signals::verify::Verifier;
 use std::collections::BTreeMap;

@@ -11,7 +11,7 @@ use crate::daemon::store::Store;
 use crate::daemon::tls::{self, TlsError};
 use crate::daemon::watch;
 use crate::metrics::Metrics;
-use crate::record::kube::RecordApi;
+use crate::record::configmap::RecordApi;
 use crate::signals::SignalError;
 use crate::signals::dedupe::Dedupe;
 use crate::signals::inbox::Inbox;

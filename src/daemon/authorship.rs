@@ -125,7 +125,7 @@ impl OwnWrites {
     }
 
     #[cfg(test)]
-    pub fn record(&self, key: &ResourceKey, resource_version: &str) {
+    pub fn remember(&self, key: &ResourceKey, resource_version: &str) {
         self.begin(key);
         self.end(key, Some(resource_version));
     }
@@ -151,7 +151,7 @@ mod tests {
         let w = OwnWrites::default();
         let k = ResourceKey::new("K", "ns", "a");
         assert_eq!(w.author(&k, "5"), Author::Other, "never written by remedy");
-        w.record(&k, "10");
+        w.remember(&k, "10");
         assert!(
             matches!(w.author(&k, "9"), Author::Remedy { .. }),
             "older event arriving late"
@@ -164,10 +164,10 @@ mod tests {
         );
         assert!(w.is_empty(), "the record ends with the later write");
         assert_eq!(w.author(&k, "10"), Author::Other);
-        w.record(&k, "12");
+        w.remember(&k, "12");
         w.forget(&k);
         assert_eq!(w.author(&k, "12"), Author::Other);
-        w.record(&k, "");
+        w.remember(&k, "");
         assert!(w.is_empty(), "a write without a version records nothing");
     }
 
@@ -175,7 +175,7 @@ mod tests {
     fn a_write_in_flight_owns_what_the_watch_delivers_before_its_response() {
         let w = OwnWrites::default();
         let k = ResourceKey::new("K", "ns", "a");
-        w.record(&k, "10");
+        w.remember(&k, "10");
         w.begin(&k);
         assert!(
             matches!(w.author(&k, "11"), Author::Remedy { .. }),

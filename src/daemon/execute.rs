@@ -7,11 +7,11 @@ use crate::daemon::leader::Leadership;
 use crate::daemon::pause::PauseSwitch;
 use crate::daemon::store::Store;
 use crate::daemon::watch;
-use crate::decide::budget::TokenBucket;
+use crate::decide::bucket::TokenBucket;
 use crate::metrics::{ActionKindLabels, Metrics};
 use crate::model::profile::{Profile, RESUMED_ANNOTATION};
 use crate::model::view::ResourceKey;
-use crate::remediate::plan::{self, Done, Goal, Step};
+use crate::remediate::step::{self, Done, Goal, Step};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
@@ -201,7 +201,7 @@ impl Executor {
                 }
                 Err(e) => return Err(self.classify_err(key, e)),
             };
-            let step = match plan::next_step(profile, &obj, goal) {
+            let step = match step::next_step(profile, &obj, goal) {
                 Ok(s) => s,
                 Err(done) => {
                     if done == Done::ForeignPause && steps.is_empty() {
@@ -216,7 +216,7 @@ impl Executor {
                 }
             };
             if self.dry_run {
-                let (planned, done) = plan::full_plan(profile, &obj, goal);
+                let (planned, done) = step::all_steps(profile, &obj, goal);
                 for s in &planned {
                     self.metrics.action(s.action(goal), "dry_run");
                 }
@@ -246,7 +246,7 @@ impl Executor {
                     last: step,
                 });
             }
-            let body = plan::patch(profile, &obj, goal, step);
+            let body = step::patch(profile, &obj, goal, step);
             self.limiter.acquire().await;
             // Checked right before writing: the lease may have moved while
             // we waited for the limiter.
@@ -506,7 +506,7 @@ impl Executor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER, builtin};
+    use crate::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldMark, PAUSE_MARKER, builtin};
     use axum::response::IntoResponse;
     use serde_json::json;
 
@@ -540,7 +540,7 @@ mod tests {
     /// README documents), not `skipped`, and nothing is written.
     #[tokio::test]
     async fn a_write_without_leadership_counts_not_leader() {
-        let record = serde_json::to_string(&HoldRecord {
+        let record = serde_json::to_string(&HoldMark {
             since: chrono::Utc::now(),
             reason: "breaker".into(),
             crash_count: 1,

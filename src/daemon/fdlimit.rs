@@ -25,7 +25,7 @@ pub fn needed(max_connections: usize, watch_streams: usize) -> u64 {
 
 /// What to do at start about the soft limit.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Plan {
+pub struct Adjustment {
     /// Raise the soft limit to this (the hard limit, as Go's runtime and
     /// many servers do): it costs nothing until descriptors are used.
     pub raise_to: Option<u64>,
@@ -34,10 +34,10 @@ pub struct Plan {
 }
 
 /// Pure: the limits as getrlimit reports them.
-pub fn plan(soft: u64, hard: u64, needed: u64) -> Plan {
+pub fn adjust(soft: u64, hard: u64, needed: u64) -> Adjustment {
     let target = hard.min(RAISE_CAP);
     let raise_to = (target > soft).then_some(target);
-    Plan {
+    Adjustment {
         raise_to,
         short: raise_to.unwrap_or(soft) < needed,
     }
@@ -58,7 +58,7 @@ pub fn ensure(needed: u64) {
         return;
     }
     let (soft, hard) = (lim.rlim_cur, lim.rlim_max);
-    let p = plan(soft, hard, needed);
+    let p = adjust(soft, hard, needed);
     let mut have = soft;
     if let Some(to) = p.raise_to {
         lim.rlim_cur = to;
@@ -105,45 +105,45 @@ mod tests {
         let need = needed(2048, 6);
         // The case from the issue: 256 everywhere, nothing to raise.
         assert_eq!(
-            plan(256, 256, need),
-            Plan {
+            adjust(256, 256, need),
+            Adjustment {
                 raise_to: None,
                 short: true
             }
         );
         // Docker's usual 1024 soft, 524288 hard: raised, enough.
         assert_eq!(
-            plan(1024, 524_288, need),
-            Plan {
+            adjust(1024, 524_288, need),
+            Adjustment {
                 raise_to: Some(524_288),
                 short: false
             }
         );
         // Raised, but the hard limit is still too low.
         assert_eq!(
-            plan(256, 1024, need),
-            Plan {
+            adjust(256, 1024, need),
+            Adjustment {
                 raise_to: Some(1024),
                 short: true
             }
         );
         // Enough already and nothing to raise.
         assert_eq!(
-            plan(1 << 20, 1 << 20, need),
-            Plan {
+            adjust(1 << 20, 1 << 20, need),
+            Adjustment {
                 raise_to: None,
                 short: false
             }
         );
         // An unlimited hard limit is capped where Linux accepts it.
         assert_eq!(
-            plan(1024, u64::MAX, need),
-            Plan {
+            adjust(1024, u64::MAX, need),
+            Adjustment {
                 raise_to: Some(RAISE_CAP),
                 short: false
             }
         );
         // Exactly enough is enough.
-        assert!(!plan(need, need, need).short && plan(need - 1, need - 1, need).short);
+        assert!(!adjust(need, need, need).short && adjust(need - 1, need - 1, need).short);
     }
 }

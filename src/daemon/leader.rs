@@ -8,7 +8,7 @@
 //! would let a partitioned instance go on writing after another one took
 //! the Lease. Leadership therefore also expires locally: it lasts only as
 //! long as the last read of the Lease that showed us as holder allows
-//! (renewal + lease duration − margin, see [`Hold`]), and `is_leader()`
+//! (renewal + lease duration − margin, see [`Claim`]), and `is_leader()`
 //! compares that deadline with the monotonic clock when it is called, so it
 //! expires even if no task gets to run.
 //!
@@ -42,7 +42,7 @@ impl LeaderError {
     }
 }
 
-/// A read of the Lease that could not confirm the hold. It changes nothing:
+/// A read of the Lease that could not confirm the claim. It changes nothing:
 /// the deadline set by the last good read keeps running out.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfirmError {
@@ -152,12 +152,12 @@ impl Why {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Role {
     Leader { left: Duration },
     Follower(Why),
 }
 
-impl Verdict {
+impl Role {
     pub fn is_leader(&self) -> bool {
         matches!(self, Self::Leader { .. })
     }
@@ -189,14 +189,14 @@ enum Confirmation {
 /// taken it: until renewTime + leaseDuration − margin, converted to our
 /// monotonic clock at the start of that read.
 #[derive(Clone, Debug)]
-pub struct Hold {
+pub struct Claim {
     margin: Duration,
     elected: bool,
     confirmation: Confirmation,
     last_error: Option<&'static str>,
 }
 
-impl Hold {
+impl Claim {
     pub fn new(margin: Duration) -> Self {
         Self {
             margin,
@@ -262,21 +262,21 @@ impl Hold {
         }
     }
 
-    pub fn verdict(&self, now: Instant) -> Verdict {
+    pub fn role(&self, now: Instant) -> Role {
         if !self.elected {
-            return Verdict::Follower(Why::NotElected);
+            return Role::Follower(Why::NotElected);
         }
         match &self.confirmation {
-            Confirmation::None => Verdict::Follower(Why::Unconfirmed),
-            Confirmation::NotOurs(holder) => Verdict::Follower(Why::NotOurs {
+            Confirmation::None => Role::Follower(Why::Unconfirmed),
+            Confirmation::NotOurs(holder) => Role::Follower(Why::NotOurs {
                 holder: holder.clone(),
             }),
             Confirmation::Until {
                 valid_until,
                 confirmed_at,
             } => match valid_until.checked_duration_since(now) {
-                Some(left) if !left.is_zero() => Verdict::Leader { left },
-                _ => Verdict::Follower(Why::Expired {
+                Some(left) if !left.is_zero() => Role::Leader { left },
+                _ => Role::Follower(Why::Expired {
                     unconfirmed_for: now.saturating_duration_since(*confirmed_at),
                 }),
             },
@@ -290,7 +290,7 @@ enum Inner {
     /// and one-shot commands.
     Fixed(bool),
     Elected {
-        hold: Mutex<Hold>,
+        claim: Mutex<Claim>,
         release: Mutex<Option<oneshot::Sender<ReleaseRequest>>>,
     },
 }
@@ -309,7 +309,7 @@ impl Leadership {
 
     fn elected(margin: Duration, release: oneshot::Sender<ReleaseRequest>) -> Self {
         Self(Arc::new(Inner::Elected {
-            hold: Mutex::new(Hold::new(margin)),
+            claim: Mutex::new(Claim::new(margin)),
             release: Mutex::new(Some(release)),
         }))
     }
@@ -318,10 +318,10 @@ impl Leadership {
     /// successor need not wait out the lease (on SIGTERM). Gives up after
     /// `timeout`: the lease then expires as it would after a crash.
     pub async fn release(&self, timeout: Duration) {
-        let Inner::Elected { hold, release } = &*self.0 else {
+        let Inner::Elected { claim, release } = &*self.0 else {
             return;
         };
-        hold.locked().set_elected(false);
+        claim.locked().set_elected(false);
         let Some(tx) = release.locked().take() else {
             return;
         };
@@ -334,23 +334,23 @@ impl Leadership {
     /// Decided at call time against the monotonic clock: a write is refused
     /// the moment the deadline passes, whether or not any task ran since.
     pub fn is_leader(&self) -> bool {
-        self.verdict(Instant::now()).is_leader()
+        self.role(Instant::now()).is_leader()
     }
 
-    pub fn verdict(&self, now: Instant) -> Verdict {
+    pub fn role(&self, now: Instant) -> Role {
         match &*self.0 {
-            Inner::Fixed(true) => Verdict::Leader {
+            Inner::Fixed(true) => Role::Leader {
                 left: Duration::MAX,
             },
-            Inner::Fixed(false) => Verdict::Follower(Why::NotElected),
-            Inner::Elected { hold, .. } => hold.locked().verdict(now),
+            Inner::Fixed(false) => Role::Follower(Why::NotElected),
+            Inner::Elected { claim, .. } => claim.locked().role(now),
         }
     }
 
-    fn with_hold<T>(&self, f: impl FnOnce(&mut Hold) -> T) -> Option<T> {
+    fn with_claim<T>(&self, f: impl FnOnce(&mut Claim) -> T) -> Option<T> {
         match &*self.0 {
             Inner::Fixed(_) => None,
-            Inner::Elected { hold, .. } => Some(f(&mut hold.locked())),
+            Inner::Elected { claim, .. } => Some(f(&mut claim.locked())),
         }
     }
 }
@@ -529,7 +529,7 @@ async fn elect(
             Exit::ManagerStopped => {
                 // The lease task ended: stop acting rather than guess.
                 confirmer.abort();
-                leadership.with_hold(|h| h.set_elected(false));
+                leadership.with_claim(|h| h.set_elected(false));
                 metrics.leader.set(0);
                 tracing::error!(identity, "lease manager stopped; acting as follower");
                 return;
@@ -566,7 +566,7 @@ async fn confirm(reader: LeaseReader, leadership: Leadership, every: Duration, s
             _ = tick.tick() => {}
             () = signals.wake.notified() => {}
         }
-        if !leadership.with_hold(|h| h.elected()).unwrap_or(false) {
+        if !leadership.with_claim(|h| h.elected()).unwrap_or(false) {
             // A follower looks for a released Lease, which its lease
             // manager would only notice at the old holder's expiry.
             if let Ok(Seen::Other { holder: None }) = reader.read().await {
@@ -580,11 +580,11 @@ async fn confirm(reader: LeaseReader, leadership: Leadership, every: Duration, s
         let started_wall = SystemTime::now();
         match reader.read().await {
             Ok(s) => {
-                leadership.with_hold(|h| h.observe(started, started_wall, s));
+                leadership.with_claim(|h| h.observe(started, started_wall, s));
             }
             Err(e) => {
                 tracing::debug!(error = %e, label = e.label(), "lease hold not confirmed");
-                leadership.with_hold(|h| h.failed(e.label()));
+                leadership.with_claim(|h| h.failed(e.label()));
             }
         }
         signals.changed.notify_one();
@@ -602,19 +602,19 @@ async fn follow(
     release: &mut oneshot::Receiver<ReleaseRequest>,
 ) -> Exit {
     let elected = *rx.borrow_and_update();
-    leadership.with_hold(|h| h.set_elected(elected));
+    leadership.with_claim(|h| h.set_elected(elected));
     let mut shown = None;
     loop {
         report(leadership, metrics, identity, &mut shown);
         let expiry = leadership
-            .with_hold(|h| h.valid_until())
+            .with_claim(|h| h.valid_until())
             .flatten()
             .filter(|t| *t > Instant::now());
         tokio::select! {
             r = rx.changed() => match r {
                 Ok(()) => {
                     let elected = *rx.borrow_and_update();
-                    leadership.with_hold(|h| h.set_elected(elected));
+                    leadership.with_claim(|h| h.set_elected(elected));
                     if elected {
                         signals.wake.notify_one();
                     }
@@ -623,14 +623,14 @@ async fn follow(
             },
             r = &mut *release => match r {
                 Ok(done) => {
-                    leadership.with_hold(|h| h.set_elected(false));
+                    leadership.with_claim(|h| h.set_elected(false));
                     return Exit::Release(done);
                 }
                 // Every Leadership handle is gone: nothing can act anyway.
                 Err(_) => return Exit::ManagerStopped,
             },
             () = signals.vacant.notified() => {
-                if !leadership.with_hold(|h| h.elected()).unwrap_or(true) {
+                if !leadership.with_claim(|h| h.elected()).unwrap_or(true) {
                     return Exit::Vacant;
                 }
             }
@@ -654,24 +654,24 @@ fn report(
     identity: &str,
     shown: &mut Option<&'static str>,
 ) {
-    let verdict = leadership.verdict(Instant::now());
+    let verdict = leadership.role(Instant::now());
     metrics.leader.set(i64::from(verdict.is_leader()));
     if *shown == Some(verdict.label()) {
         return;
     }
     *shown = Some(verdict.label());
-    let last_error = leadership.with_hold(|h| h.last_error()).flatten();
+    let last_error = leadership.with_claim(|h| h.last_error()).flatten();
     match verdict {
-        Verdict::Leader { left } => {
+        Role::Leader { left } => {
             tracing::info!(identity, valid_for = ?left, "leading: lease held and confirmed");
         }
-        Verdict::Follower(Why::NotElected) => {
+        Role::Follower(Why::NotElected) => {
             tracing::info!(identity, "not the lease holder; acting as follower");
         }
-        Verdict::Follower(Why::Unconfirmed) => {
+        Role::Follower(Why::Unconfirmed) => {
             tracing::info!(identity, "lease won, not confirmed yet; acting as follower");
         }
-        Verdict::Follower(Why::Expired { unconfirmed_for }) => {
+        Role::Follower(Why::Expired { unconfirmed_for }) => {
             tracing::warn!(
                 identity,
                 last_error,
@@ -679,7 +679,7 @@ fn report(
                 unconfirmed_for.as_secs()
             );
         }
-        Verdict::Follower(Why::NotOurs { holder }) => {
+        Role::Follower(Why::NotOurs { holder }) => {
             tracing::warn!(
                 identity,
                 holder = holder.as_deref().unwrap_or("nobody"),
@@ -710,8 +710,8 @@ mod tests {
         Seen::Ours { renewed, duration }
     }
 
-    fn elected(margin: Duration) -> Hold {
-        let mut h = Hold::new(margin);
+    fn elected(margin: Duration) -> Claim {
+        let mut h = Claim::new(margin);
         h.set_elected(true);
         h
     }
@@ -742,11 +742,11 @@ mod tests {
         let mut h = elected(500 * MS);
         h.observe(t0, w0, ours(w0 - S, 3 * S));
         assert_eq!(h.valid_until(), Some(t0 + 1500 * MS));
-        assert_eq!(h.verdict(t0), Verdict::Leader { left: 1500 * MS });
-        assert!(h.verdict(t0 + 1499 * MS).is_leader());
+        assert_eq!(h.role(t0), Role::Leader { left: 1500 * MS });
+        assert!(h.role(t0 + 1499 * MS).is_leader());
         assert_eq!(
-            h.verdict(t0 + 1500 * MS),
-            Verdict::Follower(Why::Expired {
+            h.role(t0 + 1500 * MS),
+            Role::Follower(Why::Expired {
                 unconfirmed_for: 1500 * MS
             })
         );
@@ -760,14 +760,14 @@ mod tests {
         // reads fail, the lease manager still says "leader".
         for i in 0..5u32 {
             h.observe(t0 + i * S, w0 + i * S, ours(w0 + i * S - 100 * MS, 3 * S));
-            assert!(h.verdict(t0 + i * S + 900 * MS).is_leader());
+            assert!(h.role(t0 + i * S + 900 * MS).is_leader());
         }
         h.failed("timeout");
         h.failed("timeout");
         let last_renewal = t0 + 4 * S - 100 * MS;
-        assert!(h.verdict(last_renewal + 2499 * MS).is_leader());
-        assert!(!h.verdict(last_renewal + 2500 * MS).is_leader());
-        assert!(!h.verdict(last_renewal + 3600 * S).is_leader());
+        assert!(h.role(last_renewal + 2499 * MS).is_leader());
+        assert!(!h.role(last_renewal + 2500 * MS).is_leader());
+        assert!(!h.role(last_renewal + 3600 * S).is_leader());
         assert!(
             h.elected(),
             "the lease manager's view is not needed for this"
@@ -781,14 +781,14 @@ mod tests {
         let mut h = elected(500 * MS);
         h.observe(t0, w0, ours(w0 - 5 * S, 3 * S));
         assert_eq!(
-            h.verdict(t0),
-            Verdict::Follower(Why::Expired {
+            h.role(t0),
+            Role::Follower(Why::Expired {
                 unconfirmed_for: Duration::ZERO
             })
         );
         // Within the margin of expiry counts as expired too.
         h.observe(t0, w0, ours(w0 - 2600 * MS, 3 * S));
-        assert!(!h.verdict(t0).is_leader());
+        assert!(!h.role(t0).is_leader());
     }
 
     #[test]
@@ -821,8 +821,8 @@ mod tests {
             },
         );
         assert_eq!(
-            h.verdict(t0 + S),
-            Verdict::Follower(Why::NotOurs {
+            h.role(t0 + S),
+            Role::Follower(Why::NotOurs {
                 holder: Some("b".into())
             })
         );
@@ -832,37 +832,37 @@ mod tests {
     #[test]
     fn the_lease_managers_view_is_required_and_each_term_needs_its_own_read() {
         let (t0, w0) = clocks();
-        let mut h = Hold::new(500 * MS);
-        assert_eq!(h.verdict(t0), Verdict::Follower(Why::NotElected));
+        let mut h = Claim::new(500 * MS);
+        assert_eq!(h.role(t0), Role::Follower(Why::NotElected));
         // A read finishing while not elected counts for nothing.
         h.observe(t0, w0, ours(w0, 3 * S));
         h.set_elected(true);
-        assert_eq!(h.verdict(t0), Verdict::Follower(Why::Unconfirmed));
+        assert_eq!(h.role(t0), Role::Follower(Why::Unconfirmed));
         h.observe(t0, w0, ours(w0, 3 * S));
-        assert!(h.verdict(t0 + S).is_leader());
+        assert!(h.role(t0 + S).is_leader());
         h.set_elected(true);
-        assert!(h.verdict(t0 + S).is_leader(), "no change, no reset");
+        assert!(h.role(t0 + S).is_leader(), "no change, no reset");
         h.set_elected(false);
-        assert_eq!(h.verdict(t0 + S), Verdict::Follower(Why::NotElected));
+        assert_eq!(h.role(t0 + S), Role::Follower(Why::NotElected));
         assert_eq!(h.valid_until(), None);
         h.set_elected(true);
-        assert_eq!(h.verdict(t0 + S), Verdict::Follower(Why::Unconfirmed));
+        assert_eq!(h.role(t0 + S), Role::Follower(Why::Unconfirmed));
     }
 
     #[test]
     fn fixed_leadership_does_not_expire() {
         let far = Instant::now() + 3600 * S;
-        assert!(Leadership::fixed(true).verdict(far).is_leader());
+        assert!(Leadership::fixed(true).role(far).is_leader());
         assert!(!Leadership::fixed(false).is_leader());
-        assert_eq!(Leadership::fixed(false).verdict(far).label(), "not_elected");
+        assert_eq!(Leadership::fixed(false).role(far).label(), "not_elected");
     }
 
     #[test]
     fn elected_leadership_starts_as_follower() {
         let l = Leadership::elected(500 * MS, oneshot::channel().0);
         assert!(!l.is_leader());
-        l.with_hold(|h| h.set_elected(true));
-        assert_eq!(l.verdict(Instant::now()).label(), "unconfirmed");
+        l.with_claim(|h| h.set_elected(true));
+        assert_eq!(l.role(Instant::now()).label(), "unconfirmed");
     }
 
     fn lease(holder: Option<&str>, renewed: Option<SystemTime>, secs: Option<i32>) -> Lease {
@@ -914,14 +914,14 @@ mod tests {
     #[test]
     fn labels_are_stable() {
         let labels: Vec<_> = [
-            Verdict::Leader { left: S },
-            Verdict::Follower(Why::NotElected),
-            Verdict::Follower(Why::Unconfirmed),
-            Verdict::Follower(Why::Expired { unconfirmed_for: S }),
-            Verdict::Follower(Why::NotOurs { holder: None }),
+            Role::Leader { left: S },
+            Role::Follower(Why::NotElected),
+            Role::Follower(Why::Unconfirmed),
+            Role::Follower(Why::Expired { unconfirmed_for: S }),
+            Role::Follower(Why::NotOurs { holder: None }),
         ]
         .iter()
-        .map(Verdict::label)
+        .map(Role::label)
         .collect();
         assert_eq!(
             labels,

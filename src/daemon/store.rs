@@ -470,7 +470,7 @@ mod tests {
         // remedy's hold: pause, record, its own crash count and failure time.
         let hold = json!({"cluster.x-k8s.io/paused": "remedy.dev/hold", "remedy.dev/crash-count": "1",
                           "remedy.dev/failure-time": "2026-12-03T01:00:00Z"});
-        s.own_writes().record(&key, "2");
+        s.own_writes().remember(&key, "2");
         s.apply(0, &with_annotations(osm(2, status.clone()), hold.clone()));
         assert_eq!(errors(&s, "server_error"), 1, "remedy's hold write");
         assert!(s.get(&key).unwrap().own_write.is_some());
@@ -482,7 +482,7 @@ mod tests {
         assert_eq!(errors(&s, "server_error"), 1, "an unrecorded hold update");
         // remedy clears the failure on release; the provider's stale
         // condition stays, and that state is remedy's write.
-        s.own_writes().record(&key, "4");
+        s.own_writes().remember(&key, "4");
         let stale = json!({"instanceState": "BUILD",
             "conditions": [{"type": "InstanceReady", "status": "False", "reason": "InstanceNotFound"}]});
         s.apply(0, &osm(4, stale));

@@ -2,7 +2,7 @@
 //! with the same settings; bounded at [`MAX_DOMAINS`].
 
 use crate::config::BreakerConfig;
-use crate::decide::budget::{BreakerState, OutageBreaker, Sample};
+use crate::decide::breaker::{BreakerState, OutageBreaker, Sample};
 use crate::model::domains::{CLUSTER, DomainBy, MAX_DOMAINS, OTHER};
 use crate::model::view::{ResourceKey, ResourceView};
 use std::collections::BTreeMap;

@@ -5,15 +5,19 @@
 //! Kubernetes, Prometheus or alert scopes, which the caller turns into
 //! [`Fact`]s. Pure: the same facts at the same times give the same goals.
 
+pub mod breaker;
 pub mod breakers;
-pub mod budget;
+pub mod bucket;
 pub mod episodes;
 pub mod pace;
 pub mod recovery;
+pub mod release;
 pub mod retry;
 
 use crate::config::{BreakerConfig, BudgetConfig};
-use crate::decide::budget::{Candidate, Owners, Sample, TokenBucket, WaitReason, plan_owned};
+use crate::decide::breaker::Sample;
+use crate::decide::bucket::TokenBucket;
+use crate::decide::release::{Candidate, Owners, WaitReason, plan_owned};
 use crate::model::domains::DomainBy;
 use breakers::Breakers;
 use pace::{Answer, Pace};
@@ -22,7 +26,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use crate::decide::budget::BreakerState;
+pub use crate::decide::breaker::BreakerState;
 
 /// Hold reason recorded for breaker holds; alert holds record `alert:<name>`.
 pub const BREAKER_REASON: &str = "breaker";
@@ -52,7 +56,7 @@ impl Pause {
         !matches!(self, Self::No | Self::Foreign)
     }
 
-    /// From the hold record's reason.
+    /// From the hold mark's reason.
     pub fn from_reason(reason: Option<&str>) -> Self {
         match reason {
             Some(BREAKER_REASON) => Self::Breaker,
@@ -116,7 +120,7 @@ pub enum Action {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hold<K> {
+pub struct HoldOrder<K> {
     pub key: K,
     /// `breaker` or `alert:<name>`.
     pub reason: String,
@@ -141,7 +145,7 @@ pub struct Context {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decisions<K> {
-    pub holds: Vec<Hold<K>>,
+    pub holds: Vec<HoldOrder<K>>,
     /// In release order (lowest crash_count first, domains taking turns).
     pub actions: Vec<(K, Action)>,
     pub waiting: Vec<(K, WaitReason)>,
@@ -388,7 +392,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                     Some(alert) => format!("{ALERT_PREFIX}{alert}"),
                     None => BREAKER_REASON.to_string(),
                 };
-                self.out.holds.push(Hold {
+                self.out.holds.push(HoldOrder {
                     key: key.clone(),
                     reason,
                     crash_count: f.crash_count.saturating_add(1),

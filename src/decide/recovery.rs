@@ -110,7 +110,7 @@ pub struct Answer {
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Plan {
+pub struct Recovered {
     /// Episodes to insert or overwrite, firing ones first.
     pub write: Vec<(Scope, Episode)>,
     /// Scopes already owned by a webhook episode: left as they are.
@@ -119,7 +119,7 @@ pub struct Plan {
     pub dropped: usize,
 }
 
-impl Plan {
+impl Recovered {
     pub fn firing(&self) -> impl Iterator<Item = &Scope> {
         self.write.iter().filter(|(_, e)| e.firing).map(|(s, _)| s)
     }
@@ -131,13 +131,13 @@ impl Plan {
 /// progress is not restarted; one that no longer fires becomes resolved and
 /// unverified. At most `max` episodes exist afterwards; firing scopes are
 /// taken first, since missing one would miss holds.
-pub fn plan(
+pub fn recover(
     rules: &[AlertRule],
     answer: &Answer,
     existing: &BTreeMap<Scope, Episode>,
     now: DateTime<Utc>,
     max: usize,
-) -> Plan {
+) -> Recovered {
     let scopes = |sets: &[BTreeMap<String, String>]| -> BTreeSet<Scope> {
         sets.iter()
             .filter_map(|labels| {
@@ -162,7 +162,7 @@ pub fn plan(
         .map(|(s, _)| s.clone())
         .collect();
 
-    let mut out = Plan::default();
+    let mut out = Recovered::default();
     let mut room = max.saturating_sub(existing.len());
     let wanted = firing
         .into_iter()
@@ -270,7 +270,7 @@ mod tests {
         e
     }
 
-    fn states(p: &Plan) -> Vec<(String, String, bool)> {
+    fn states(p: &Recovered) -> Vec<(String, String, bool)> {
         p.write
             .iter()
             .map(|(s, e)| {
@@ -290,7 +290,7 @@ mod tests {
             firing_now: vec![l("A", "OpenStackMachine")],
             fired_within: vec![l("A", "OpenStackMachine"), l("A", "BottlerocketShadow")],
         };
-        let p = plan(&rules(), &answer, &BTreeMap::new(), now, 10);
+        let p = recover(&rules(), &answer, &BTreeMap::new(), now, 10);
         assert_eq!(
             states(&p),
             vec![
@@ -321,7 +321,7 @@ mod tests {
             firing_now: vec![],
             fired_within: vec![l("A", "K"), warning, l("Other", "K"), nameless],
         };
-        let p = plan(&rules(), &answer, &BTreeMap::new(), Utc::now(), 10);
+        let p = recover(&rules(), &answer, &BTreeMap::new(), Utc::now(), 10);
         assert_eq!(states(&p), vec![("A".into(), "K".into(), false)]);
     }
 
@@ -336,7 +336,7 @@ mod tests {
             firing_now: vec![l("A", "K")],
             fired_within: vec![l("A", "K"), l("B", "K")],
         };
-        let p = plan(&rules(), &answer, &existing, Utc::now(), 10);
+        let p = recover(&rules(), &answer, &existing, Utc::now(), 10);
         assert!(p.write.is_empty(), "{p:?}");
         assert_eq!(p.kept_webhook, 2);
     }
@@ -356,7 +356,7 @@ mod tests {
             firing_now: vec![l("B", "K")],
             fired_within: vec![l("A", "K"), l("A", "L"), l("B", "K")],
         };
-        let p = plan(&rules(), &answer, &existing, Utc::now(), 10);
+        let p = recover(&rules(), &answer, &existing, Utc::now(), 10);
         assert_eq!(
             states(&p),
             vec![
@@ -374,11 +374,11 @@ mod tests {
             firing_now: vec![l("B", "F")],
             fired_within: (0..5).map(|i| l("A", &format!("K{i}"))).collect(),
         };
-        let p = plan(&rules(), &answer, &existing, Utc::now(), 3);
+        let p = recover(&rules(), &answer, &existing, Utc::now(), 3);
         assert_eq!(p.write.len(), 2, "1 existing + 2 new = the bound of 3");
         assert!(p.write[0].1.firing);
         assert_eq!(p.dropped, 4);
-        let none = plan(&rules(), &answer, &existing, Utc::now(), 1);
+        let none = recover(&rules(), &answer, &existing, Utc::now(), 1);
         assert!(none.write.is_empty());
         assert_eq!(none.dropped, 6);
     }
@@ -395,19 +395,19 @@ mod tests {
         assert!(needs_refresh(&firing, REFRESH));
         assert!(!needs_refresh(&firing, REFRESH - Duration::from_millis(1)));
         // The refresh that finds it gone turns it resolved, to be verified.
-        let p = plan(&rules(), &Answer::default(), &firing, Utc::now(), 10);
+        let p = recover(&rules(), &Answer::default(), &firing, Utc::now(), 10);
         assert_eq!(states(&p), vec![("A".into(), "K".into(), false)]);
     }
 
     #[test]
     fn an_empty_answer_creates_nothing() {
-        let p = plan(
+        let p = recover(
             &rules(),
             &Answer::default(),
             &BTreeMap::new(),
             Utc::now(),
             10,
         );
-        assert_eq!(p, Plan::default());
+        assert_eq!(p, Recovered::default());
     }
 }

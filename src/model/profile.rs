@@ -573,7 +573,7 @@ impl Profile {
         }
         let Some(record) = annotations
             .get(HOLD_ANNOTATION)
-            .and_then(|r| HoldRecord::parse(r))
+            .and_then(|r| HoldMark::parse(r))
         else {
             return PauseState::Foreign;
         };
@@ -646,7 +646,7 @@ pub fn check_selector(sel: &str) -> Result<(), String> {
 
 /// The JSON remedy stores in [`HOLD_ANNOTATION`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct HoldRecord {
+pub struct HoldMark {
     pub since: DateTime<Utc>,
     pub reason: String,
     /// The crash count this hold records (kinds without a native counter).
@@ -658,7 +658,7 @@ pub struct HoldRecord {
     pub value: Option<Value>,
 }
 
-impl HoldRecord {
+impl HoldMark {
     pub fn parse(s: &str) -> Option<Self> {
         serde_json::from_str(s).ok()
     }
@@ -1059,7 +1059,7 @@ mod tests {
     }
 
     fn record(value: Option<Value>) -> String {
-        serde_json::to_string(&HoldRecord {
+        serde_json::to_string(&HoldMark {
             since: "2026-12-02T10:00:00Z".parse().unwrap(),
             reason: "breaker".into(),
             crash_count: 1,
@@ -1224,7 +1224,7 @@ mod tests {
             hold: Some(crossplane),
             ..builtin("capi-machine").unwrap()
         };
-        let record = HoldRecord {
+        let record = HoldMark {
             since: Utc::now(),
             reason: "breaker".into(),
             crash_count: 0,

@@ -12,7 +12,7 @@ use std::hash::{Hash, Hasher};
 /// What the note says about one held resource.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Why<'a> {
-    /// The hold record's reason: `breaker` or `alert:NAME`.
+    /// The hold mark's reason: `breaker` or `alert:NAME`.
     pub hold: &'a str,
     pub domain: &'a str,
     /// The wait reason label (`breaker`, `backoff`, `budget`, `owner`,

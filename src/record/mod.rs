@@ -2,7 +2,7 @@
 //! any replica can accept Alertmanager's notification and the leader, this
 //! one or the next, acts on it. Pure: the document, how notifications are
 //! appended to it and how the leader folds them into its episodes. The
-//! ConfigMap I/O is in [`kube`], the batching webhook writer in [`inbox`].
+//! ConfigMap I/O is in [`configmap`], the batching webhook writer in [`inbox`].
 //!
 //! Why a ConfigMap: it is the smallest namespaced object every cluster has
 //! that holds a bounded document (1 MiB) under optimistic concurrency, needs
@@ -17,7 +17,7 @@
 //! - the leader folds inbox entries after `consumed` into its episodes, then
 //!   writes the episodes and `consumed` and drops what it folded.
 
-pub mod kube;
+pub mod configmap;
 pub mod sync;
 
 use crate::decide::episodes::{Book, Episode};

@@ -19,8 +19,8 @@ use std::collections::{BTreeMap, HashMap};
 pub const DEFAULT_CAPACITY: usize = 50_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Not seen before: forward it, then `record` it once forwarded.
+pub enum Delivery {
+    /// Not seen before: forward it, then `remember` it once forwarded.
     New,
     /// Exactly what was already forwarded.
     Duplicate,
@@ -92,14 +92,14 @@ impl Dedupe {
         status: AlertStatus,
         starts_at: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Verdict {
+    ) -> Delivery {
         let Some(e) = self.entries.get(fingerprint) else {
-            return Verdict::New;
+            return Delivery::New;
         };
         let verdict = match position(starts_at, status).cmp(&position(e.starts_at, e.status)) {
-            Ordering::Greater => return Verdict::New,
-            Ordering::Equal => Verdict::Duplicate,
-            Ordering::Less => Verdict::Stale,
+            Ordering::Greater => return Delivery::New,
+            Ordering::Equal => Delivery::Duplicate,
+            Ordering::Less => Delivery::Stale,
         };
         self.touch(fingerprint, now);
         verdict
@@ -107,7 +107,7 @@ impl Dedupe {
 
     /// Records a forwarded event. Never moves a record backwards, so a
     /// `record` without a preceding `New` cannot undo newer knowledge.
-    pub fn record(
+    pub fn remember(
         &mut self,
         fingerprint: &str,
         status: AlertStatus,
@@ -172,10 +172,10 @@ mod tests {
     }
 
     /// Check, and record when new (as the webhook does after a send).
-    fn offer(d: &mut Dedupe, fp: &str, st: AlertStatus, s: i64, now: i64) -> Verdict {
+    fn offer(d: &mut Dedupe, fp: &str, st: AlertStatus, s: i64, now: i64) -> Delivery {
         let v = d.check(fp, st, t(s), t(now));
-        if v == Verdict::New {
-            d.record(fp, st, t(s), t(now));
+        if v == Delivery::New {
+            d.remember(fp, st, t(s), t(now));
         }
         v
     }
@@ -183,50 +183,50 @@ mod tests {
     #[test]
     fn repeats_are_duplicates() {
         let mut d = Dedupe::new(10);
-        assert_eq!(offer(&mut d, "a", Firing, 0, 0), Verdict::New);
-        assert_eq!(offer(&mut d, "a", Firing, 0, 300), Verdict::Duplicate);
-        assert_eq!(offer(&mut d, "a", Resolved, 0, 600), Verdict::New);
-        assert_eq!(offer(&mut d, "a", Resolved, 0, 900), Verdict::Duplicate);
+        assert_eq!(offer(&mut d, "a", Firing, 0, 0), Delivery::New);
+        assert_eq!(offer(&mut d, "a", Firing, 0, 300), Delivery::Duplicate);
+        assert_eq!(offer(&mut d, "a", Resolved, 0, 600), Delivery::New);
+        assert_eq!(offer(&mut d, "a", Resolved, 0, 900), Delivery::Duplicate);
         // Another fingerprint is independent.
-        assert_eq!(offer(&mut d, "b", Firing, 0, 900), Verdict::New);
+        assert_eq!(offer(&mut d, "b", Firing, 0, 900), Delivery::New);
     }
 
     #[test]
     fn resolved_before_firing_drops_the_late_firing() {
         let mut d = Dedupe::new(10);
-        assert_eq!(offer(&mut d, "a", Resolved, 0, 0), Verdict::New);
-        assert_eq!(offer(&mut d, "a", Firing, 0, 1), Verdict::Stale);
+        assert_eq!(offer(&mut d, "a", Resolved, 0, 0), Delivery::New);
+        assert_eq!(offer(&mut d, "a", Firing, 0, 1), Delivery::Stale);
     }
 
     #[test]
     fn newer_starts_at_is_a_new_episode_and_older_is_stale() {
         let mut d = Dedupe::new(10);
-        assert_eq!(offer(&mut d, "a", Firing, 0, 0), Verdict::New);
-        assert_eq!(offer(&mut d, "a", Resolved, 0, 1), Verdict::New);
-        assert_eq!(offer(&mut d, "a", Firing, 100, 2), Verdict::New);
+        assert_eq!(offer(&mut d, "a", Firing, 0, 0), Delivery::New);
+        assert_eq!(offer(&mut d, "a", Resolved, 0, 1), Delivery::New);
+        assert_eq!(offer(&mut d, "a", Firing, 100, 2), Delivery::New);
         // A late resolved of the first episode must not resolve the second.
-        assert_eq!(offer(&mut d, "a", Resolved, 0, 3), Verdict::Stale);
-        assert_eq!(offer(&mut d, "a", Firing, 0, 4), Verdict::Stale);
+        assert_eq!(offer(&mut d, "a", Resolved, 0, 3), Delivery::Stale);
+        assert_eq!(offer(&mut d, "a", Firing, 0, 4), Delivery::Stale);
         // A resolved of the new episode may even skip its firing.
-        assert_eq!(offer(&mut d, "a", Resolved, 200, 5), Verdict::New);
-        assert_eq!(offer(&mut d, "a", Resolved, 100, 6), Verdict::Stale);
+        assert_eq!(offer(&mut d, "a", Resolved, 200, 5), Delivery::New);
+        assert_eq!(offer(&mut d, "a", Resolved, 100, 6), Delivery::Stale);
     }
 
     #[test]
     fn unrecorded_event_is_accepted_again() {
         // A failed forward must not be remembered, or the retry would be lost.
         let mut d = Dedupe::new(10);
-        assert_eq!(d.check("a", Firing, t(0), t(0)), Verdict::New);
-        assert_eq!(d.check("a", Firing, t(0), t(1)), Verdict::New);
+        assert_eq!(d.check("a", Firing, t(0), t(0)), Delivery::New);
+        assert_eq!(d.check("a", Firing, t(0), t(1)), Delivery::New);
         assert!(d.is_empty());
     }
 
     #[test]
     fn record_never_moves_backwards() {
         let mut d = Dedupe::new(10);
-        d.record("a", Resolved, t(10), t(0));
-        d.record("a", Firing, t(0), t(1));
-        assert_eq!(d.check("a", Resolved, t(10), t(2)), Verdict::Duplicate);
+        d.remember("a", Resolved, t(10), t(0));
+        d.remember("a", Firing, t(0), t(1));
+        assert_eq!(d.check("a", Resolved, t(10), t(2)), Delivery::Duplicate);
     }
 
     #[test]
@@ -235,13 +235,13 @@ mod tests {
         offer(&mut d, "a", Firing, 0, 0);
         offer(&mut d, "b", Firing, 0, 1);
         // Alertmanager re-sends "a": it becomes the most recent.
-        assert_eq!(offer(&mut d, "a", Firing, 0, 2), Verdict::Duplicate);
+        assert_eq!(offer(&mut d, "a", Firing, 0, 2), Delivery::Duplicate);
         offer(&mut d, "c", Firing, 0, 3);
         assert_eq!(d.len(), 2);
-        assert_eq!(offer(&mut d, "a", Firing, 0, 4), Verdict::Duplicate);
-        assert_eq!(offer(&mut d, "c", Firing, 0, 5), Verdict::Duplicate);
+        assert_eq!(offer(&mut d, "a", Firing, 0, 4), Delivery::Duplicate);
+        assert_eq!(offer(&mut d, "c", Firing, 0, 5), Delivery::Duplicate);
         // "b" was evicted, so it is forgotten.
-        assert_eq!(offer(&mut d, "b", Firing, 0, 6), Verdict::New);
+        assert_eq!(offer(&mut d, "b", Firing, 0, 6), Delivery::New);
         assert_eq!(d.len(), 2);
     }
 
@@ -270,8 +270,8 @@ mod tests {
             for (i, (fp, st, s, send_ok)) in events.into_iter().enumerate() {
                 let fp = format!("fp{fp}");
                 let now = i64::try_from(i).unwrap_or(i64::MAX);
-                if d.check(&fp, st, t(s), t(now)) == Verdict::New && send_ok {
-                    d.record(&fp, st, t(s), t(now));
+                if d.check(&fp, st, t(s), t(now)) == Delivery::New && send_ok {
+                    d.remember(&fp, st, t(s), t(now));
                     prop_assert!(forwarded.insert((fp, st, s)), "forwarded twice");
                 }
             }

@@ -5,7 +5,7 @@
 //! by `min_interval`, so a burst of deliveries costs a few writes a second.
 
 use crate::model::scope::{AlertRules, Scope};
-use crate::record::kube::RecordApi;
+use crate::record::configmap::RecordApi;
 use crate::record::{Record, RecordError};
 use crate::signals::{AlertEvent, AlertStatus};
 use chrono::{DateTime, Utc};

@@ -8,7 +8,7 @@ pub mod inbox;
 pub mod verify;
 pub mod webhook;
 
-pub use dedupe::{Dedupe, Verdict};
+pub use dedupe::{Dedupe, Delivery};
 pub use verify::{Clearance, SignalHealth, Verifier};
 pub use webhook::{WebhookError, WebhookState, load_token, router};
 

@@ -583,7 +583,7 @@ impl Verifier {
             Ok(doc.global.external_labels.into_keys().collect())
         }
         .await;
-        self.record(PROMETHEUS, result.as_ref().map(|_| ()));
+        self.count_outcome(PROMETHEUS, result.as_ref().map(|_| ()));
         // A failed refresh is an error, not the old answer: fail safe.
         let names = Arc::new(result?);
         *self
@@ -615,7 +615,7 @@ impl Verifier {
         .await;
         // Recorded once, after validation: an answer about other alerts
         // counts as malformed, not as ok.
-        self.record(PROMETHEUS, result.as_ref().map(|_| ()));
+        self.count_outcome(PROMETHEUS, result.as_ref().map(|_| ()));
         result
     }
 
@@ -627,7 +627,7 @@ impl Verifier {
             .as_deref()
             .ok_or(SignalError::NotConfigured("signals.prometheus_url"))?;
         let result = self.run_instant(base, promql, accept).await;
-        self.record(PROMETHEUS, result.as_ref().map(|_| ()));
+        self.count_outcome(PROMETHEUS, result.as_ref().map(|_| ()));
         result
     }
 
@@ -684,11 +684,11 @@ impl Verifier {
             parse_alertmanager(status, &body)
         }
         .await;
-        self.record(ALERTMANAGER, result.as_ref().map(|_| ()));
+        self.count_outcome(ALERTMANAGER, result.as_ref().map(|_| ()));
         result
     }
 
-    fn record(&self, target: &'static str, outcome: Result<(), &SignalError>) {
+    fn count_outcome(&self, target: &'static str, outcome: Result<(), &SignalError>) {
         let result = match outcome {
             Ok(()) => "ok",
             Err(SignalError::Timeout { .. }) => "timeout",

@@ -5,7 +5,7 @@
 //! for us and retries 5xx (docs/upstream-behaviour.md, "Alertmanager
 //! webhook retries").
 
-use super::dedupe::{Dedupe, Verdict};
+use super::dedupe::{Dedupe, Delivery};
 use super::{AlertEvent, AlertStatus, SignalError, valid_label_name};
 use crate::config::{AlertRule, WebhookConfig};
 use crate::metrics::Metrics;
@@ -695,7 +695,7 @@ impl WebhookState {
                 (event.fingerprint.clone(), event.status, event.starts_at);
             match self.tx.try_send(event) {
                 Ok(()) => {
-                    dedupe.record(&fingerprint, status, starts_at, now);
+                    dedupe.remember(&fingerprint, status, starts_at, now);
                     summary.accepted += 1;
                     self.metrics.webhook(status.as_str(), "accepted");
                 }
@@ -722,7 +722,7 @@ impl WebhookState {
             self.metrics.webhook(status.as_str(), "ignored");
             return None;
         };
-        if dedupe.check(&a.fingerprint, status, a.starts_at, now) != Verdict::New {
+        if dedupe.check(&a.fingerprint, status, a.starts_at, now) != Delivery::New {
             summary.duplicate += 1;
             self.metrics.webhook(status.as_str(), "duplicate");
             return None;
@@ -771,7 +771,7 @@ impl WebhookState {
         }
         let mut dedupe = self.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
         for ev in &fresh {
-            dedupe.record(&ev.fingerprint, ev.status, ev.starts_at, now);
+            dedupe.remember(&ev.fingerprint, ev.status, ev.starts_at, now);
             summary.accepted += 1;
             self.metrics.webhook(ev.status.as_str(), "accepted");
         }

@@ -12,9 +12,9 @@ use crate::support::{TestCluster, eventually, namespace, repo};
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use remedy::metrics::Metrics;
-use remedy::model::profile::{HoldRecord, HoldSpec, Profile, builtin};
+use remedy::model::profile::{HoldMark, HoldSpec, Profile, builtin};
 use remedy::model::view::ResourceKey;
-use remedy::remediate::plan::{Goal, Step};
+use remedy::remediate::step::{Goal, Step};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,8 +57,8 @@ async fn merge(api: &Api<DynamicObject>, name: &str, status: bool, body: Value) 
     }
 }
 
-fn record() -> HoldRecord {
-    HoldRecord {
+fn record() -> HoldMark {
+    HoldMark {
         since: chrono::Utc::now(),
         reason: "breaker".into(),
         crash_count: 1,

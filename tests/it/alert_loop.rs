@@ -12,16 +12,16 @@ use crate::support::procs::{
 };
 use crate::support::{Remedy, TestCluster, eventually, free_port, namespace};
 use kube::api::{Api, DynamicObject};
-use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER};
+use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldMark, PAUSE_MARKER};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-fn hold_of(o: &DynamicObject) -> Option<HoldRecord> {
+fn hold_of(o: &DynamicObject) -> Option<HoldMark> {
     let a = o.metadata.annotations.as_ref()?;
     (a.get(CAPI_PAUSED).map(String::as_str) == Some(PAUSE_MARKER))
-        .then(|| a.get(HOLD_ANNOTATION).and_then(|r| HoldRecord::parse(r)))
+        .then(|| a.get(HOLD_ANNOTATION).and_then(|r| HoldMark::parse(r)))
         .flatten()
 }
 

@@ -19,9 +19,9 @@ use crate::support::{Remedy, TestCluster, eventually, free_port, namespace, repo
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use remedy::metrics::Metrics;
-use remedy::model::profile::{HoldRecord, HoldSpec, RESUMED_ANNOTATION, builtin};
+use remedy::model::profile::{HoldMark, HoldSpec, RESUMED_ANNOTATION, builtin};
 use remedy::model::view::ResourceKey;
-use remedy::remediate::plan::{Goal, Step};
+use remedy::remediate::step::{Goal, Step};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -173,8 +173,8 @@ async fn wait_released(clusters: &Api<DynamicObject>, name: &str, what: &str) {
     .await;
 }
 
-fn hold_record() -> HoldRecord {
-    HoldRecord {
+fn hold_record() -> HoldMark {
+    HoldMark {
         since: chrono::Utc::now(),
         reason: "breaker".into(),
         crash_count: 1,

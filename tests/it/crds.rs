@@ -9,9 +9,9 @@ use crate::support::objects::{api_for, create_with_status, sample};
 use crate::support::{CrdSet, Remedy, TestCluster, eventually, namespace};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use remedy::metrics::Metrics;
-use remedy::model::profile::{HoldRecord, builtin};
+use remedy::model::profile::{HoldMark, builtin};
 use remedy::model::view::ResourceKey;
-use remedy::remediate::plan::{Goal, Step};
+use remedy::remediate::step::{Goal, Step};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -127,7 +127,7 @@ async fn capi_v1_10_crds_keep_the_v1beta1_failure_fields_remedy_reads_and_clears
     let ex = executor(client.clone(), Arc::new(Metrics::new(10)), false);
     let p = builtin("capi-machine").unwrap();
     let key = ResourceKey::new("Machine", &ns, &name);
-    let record = HoldRecord {
+    let record = HoldMark {
         since: chrono::Utc::now(),
         reason: "breaker".into(),
         crash_count: 1,

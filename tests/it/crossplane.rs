@@ -11,9 +11,9 @@ use crate::support::{Remedy, TestCluster, eventually, namespace};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
-use remedy::model::profile::{HOLD_ANNOTATION, HoldRecord, HoldSpec, PAUSE_MARKER, builtin};
+use remedy::model::profile::{HOLD_ANNOTATION, HoldMark, HoldSpec, PAUSE_MARKER, builtin};
 use remedy::model::view::{PauseState, ResourceKey};
-use remedy::remediate::plan::{Done, Goal, Step};
+use remedy::remediate::step::{Done, Goal, Step};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -149,7 +149,7 @@ async fn a_crossplane_managed_resource_is_held_with_the_value_crossplane_reads()
             );
             continue;
         }
-        let rec = HoldRecord::parse(&a[HOLD_ANNOTATION]).expect("hold record");
+        let rec = HoldMark::parse(&a[HOLD_ANNOTATION]).expect("hold record");
         assert_eq!(
             rec.value,
             Some(Value::from("true")),
@@ -243,7 +243,7 @@ async fn a_capi_cluster_is_held_through_spec_paused_on_the_real_crd() {
         Arc::new(remedy::metrics::Metrics::new(10)),
         false,
     );
-    let record = HoldRecord {
+    let record = HoldMark {
         since: chrono::Utc::now(),
         reason: "breaker".into(),
         crash_count: 1,

@@ -16,7 +16,7 @@ use crate::support::procs::{
 };
 use crate::support::{Remedy, TestCluster, eventually, free_port, namespace};
 use kube::api::{Api, DynamicObject};
-use remedy::model::profile::{HOLD_ANNOTATION, HoldRecord};
+use remedy::model::profile::{HOLD_ANNOTATION, HoldMark};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,7 +66,7 @@ fn crash_count(o: &DynamicObject) -> Option<i64> {
 fn hold_reason(o: &DynamicObject) -> Option<String> {
     let a = o.metadata.annotations.as_ref()?;
     a.get(HOLD_ANNOTATION)
-        .and_then(|r| HoldRecord::parse(r))
+        .and_then(|r| HoldMark::parse(r))
         .map(|h| h.reason)
 }
 

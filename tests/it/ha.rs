@@ -21,7 +21,7 @@ use crate::support::procs::{
 use crate::support::{Remedy, TestCluster, eventually, free_port, namespace};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
-use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord};
+use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldMark};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,7 +56,7 @@ fn hold_reason(o: &DynamicObject) -> Option<String> {
     let a = o.metadata.annotations.as_ref()?;
     a.get(CAPI_PAUSED)?;
     a.get(HOLD_ANNOTATION)
-        .and_then(|r| HoldRecord::parse(r))
+        .and_then(|r| HoldMark::parse(r))
         .map(|h| h.reason)
 }
 

@@ -11,9 +11,9 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use remedy::config::{LeaderConfig, PauseSwitchConfig};
 use remedy::metrics::Metrics;
-use remedy::model::profile::{HoldRecord, builtin, builtins};
+use remedy::model::profile::{HoldMark, builtin, builtins};
 use remedy::model::view::ResourceKey;
-use remedy::remediate::plan::{Goal, Step};
+use remedy::remediate::step::{Goal, Step};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -132,7 +132,7 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
     let mut p = builtin("capi-machine").unwrap();
     p.version = "v1beta2".into();
     let key = ResourceKey::new("Machine", &ns, &name);
-    let record = HoldRecord {
+    let record = HoldMark {
         since: chrono::Utc::now(),
         reason: "breaker".into(),
         crash_count: 1,

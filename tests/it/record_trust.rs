@@ -28,8 +28,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use remedy::decide::episodes::Episode;
 use remedy::model::profile::{
-    CAPI_PAUSED, CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, HoldRecord,
-    PAUSE_MARKER,
+    CAPI_PAUSED, CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, HoldMark, PAUSE_MARKER,
 };
 use remedy::model::scope::Scope;
 use remedy::record::{DATA_KEY, MAX_BYTES, Record, Stored, VERSION};
@@ -186,7 +185,7 @@ impl Rig {
 /// What remedy (a previous process) wrote on a machine it held for the
 /// alert.
 fn held_for_alert() -> BTreeMap<String, String> {
-    let hold = serde_json::to_string(&HoldRecord {
+    let hold = serde_json::to_string(&HoldMark {
         since: Utc::now(),
         reason: format!("alert:{ALERT}"),
         crash_count: 0,

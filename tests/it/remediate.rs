@@ -11,10 +11,10 @@ use remedy::daemon::execute::{Executor, WriteLimiter};
 use remedy::daemon::leader::Leadership;
 use remedy::metrics::Metrics;
 use remedy::model::profile::{
-    CAPI_PAUSED, CAPI_SKIP_REMEDIATION, HOLD_ANNOTATION, HoldRecord, builtin,
+    CAPI_PAUSED, CAPI_SKIP_REMEDIATION, HOLD_ANNOTATION, HoldMark, builtin,
 };
 use remedy::model::view::ResourceKey;
-use remedy::remediate::plan::{self, Done, Goal, Step};
+use remedy::remediate::step::{self, Done, Goal, Step};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -28,8 +28,8 @@ pub fn executor(client: Client, metrics: Arc<Metrics>, dry_run: bool) -> Executo
     )
 }
 
-fn record() -> HoldRecord {
-    HoldRecord {
+fn record() -> HoldMark {
+    HoldMark {
         since: Utc::now(),
         reason: "breaker".into(),
         crash_count: 1,
@@ -183,7 +183,7 @@ async fn stale_resource_version_gets_409_and_the_executor_replans_under_churn() 
     )
     .await
     .unwrap();
-    let body = plan::patch(&p, &stale, &Goal::Hold(record()), Step::Hold);
+    let body = step::patch(&p, &stale, &Goal::Hold(record()), Step::Hold);
     match api
         .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
         .await
@@ -191,7 +191,7 @@ async fn stale_resource_version_gets_409_and_the_executor_replans_under_churn() 
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 409),
         other => panic!("expected 409, got {other:?}"),
     }
-    let status_body = plan::patch(&p, &stale, &Goal::Remediate, Step::ClearFailure);
+    let status_body = step::patch(&p, &stale, &Goal::Remediate, Step::ClearFailure);
     match api
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status_body))
         .await

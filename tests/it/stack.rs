@@ -21,7 +21,7 @@ use injector::{FleetSpec, Injector, Kind, Target, has_failure, is_paused};
 use kube::ResourceExt;
 use kube::api::{DynamicObject, ListParams};
 use remedy::model::profile::{
-    CAPI_PAUSED, CAPI_SKIP_REMEDIATION, CRASH_ANNOTATION, HOLD_ANNOTATION, HoldRecord,
+    CAPI_PAUSED, CAPI_SKIP_REMEDIATION, CRASH_ANNOTATION, HOLD_ANNOTATION, HoldMark,
 };
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -85,7 +85,7 @@ fn kinds(result: &[Value]) -> BTreeSet<String> {
 fn hold_reason(o: &DynamicObject) -> Option<String> {
     o.annotations()
         .get(HOLD_ANNOTATION)
-        .and_then(|r| HoldRecord::parse(r))
+        .and_then(|r| HoldMark::parse(r))
         .map(|r| r.reason)
 }
 

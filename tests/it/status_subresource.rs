@@ -11,7 +11,7 @@ use remedy::daemon::execute::ExecError;
 use remedy::metrics::Metrics;
 use remedy::model::profile::Profile;
 use remedy::model::view::ResourceKey;
-use remedy::remediate::plan::Goal;
+use remedy::remediate::step::Goal;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;

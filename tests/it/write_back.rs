@@ -12,7 +12,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use remedy::daemon::execute::{ExecError, MAX_STEPS};
 use remedy::metrics::{Format, Metrics};
 use remedy::model::view::ResourceKey;
-use remedy::remediate::plan::Goal;
+use remedy::remediate::step::Goal;
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -99,13 +99,14 @@ impl Engine {
         }
     }
 
-    /// Writes what an answer recovers; the decision is `recovery::plan`.
+    /// Writes what an answer recovers; the decision is `recovery::recover`.
     pub(super) fn apply_recovery(&self, answer: &recovery::Answer, now: DateTime<Utc>) {
         let plan = {
             let mut st = self.state.locked();
-            let plan = recovery::plan(&self.alerts, answer, st.episodes.map(), now, MAX_EPISODES);
+            let plan =
+                recovery::recover(&self.alerts, answer, st.episodes.map(), now, MAX_EPISODES);
             for (scope, ep) in &plan.write {
-                // recovery::plan leaves room for what it writes.
+                // recovery::recover leaves room for what it writes.
                 let _ = st.episodes.put(scope.clone(), ep.clone());
             }
             plan

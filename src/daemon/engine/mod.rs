@@ -16,12 +16,12 @@ use crate::decide::retry::Retries;
 use crate::decide::{ALERT_PREFIX, Action, Context, Core, CoreConfig, Fact, Failing, Pause};
 use crate::metrics::{EpisodeLabels, KindReasonLabels, Metrics, ScopeLabels};
 use crate::model::classify::Verdict;
-use crate::model::profile::{HoldRecord, Profile};
+use crate::model::profile::{HoldMark, Profile};
 use crate::model::scope::{AlertRules, Scope};
 use crate::model::view::{PauseState, ResourceKey};
-use crate::record::kube::RecordApi;
+use crate::record::configmap::RecordApi;
 use crate::record::sync::Tracker;
-use crate::remediate::plan::{Goal, Step};
+use crate::remediate::step::{Goal, Step};
 use crate::signals::verify::Verifier;
 use crate::signals::{AlertEvent, AlertStatus};
 use crate::supervise::{Heartbeat, Supervisor};
@@ -42,8 +42,8 @@ const WORKERS: usize = 4;
 mod alerts;
 mod explain;
 mod pending;
-mod plan;
 mod record;
+mod round;
 mod status;
 
 pub use explain::{Explanation, HoldView};
@@ -70,7 +70,7 @@ struct State {
     release_order: HashMap<ResourceKey, (usize, usize)>,
     /// Paces notes (`remedy.dev/why`): a twentieth of the write pace, so
     /// a fleet's notes never crowd the apiserver or the writes that matter.
-    notes: crate::decide::budget::TokenBucket,
+    notes: crate::decide::bucket::TokenBucket,
     /// `remedy_apiserver_throttled_total` as last seen and when it last
     /// moved (engine clock): notes wait out [`NOTE_QUIET`] after a 429.
     throttled_seen: (u64, Option<Duration>),
@@ -140,7 +140,7 @@ impl Engine {
                 retries: Retries::default(),
                 firing_proof_at: None,
                 release_order: HashMap::new(),
-                notes: crate::decide::budget::TokenBucket::new(
+                notes: crate::decide::bucket::TokenBucket::new(
                     (cfg.budget.writes_per_second / 20.0).max(0.2),
                     NOTE_BURST,
                 ),
@@ -247,7 +247,7 @@ impl Engine {
             (Some(v), Some(q)) => v.query_scalar(q).await.ok().flatten(),
             _ => None,
         };
-        self.plan(now, wall, external, leader);
+        self.round(now, wall, external, leader);
     }
 
     #[cfg(test)]

@@ -4,7 +4,7 @@
 //! domains taking turns).
 
 use crate::model::view::ResourceKey;
-use crate::remediate::plan::Goal;
+use crate::remediate::step::Goal;
 use crate::sync::LockExt;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;

@@ -23,7 +23,7 @@ fn object(id: u32, f: &SimFact) -> Value {
         annotations.insert(FAILURE_TIME_ANNOTATION.into(), at.into());
     }
     if f.paused {
-        let record = HoldRecord {
+        let record = HoldMark {
             since: wall(f.failure_time.unwrap_or(0)),
             reason: BREAKER_REASON.into(),
             crash_count: f.crash_count,
@@ -112,7 +112,7 @@ async fn the_engine_replays_a_simulator_run_with_the_same_decisions() {
                 last[id as usize] = Some(obj);
             }
         }
-        engine.plan(
+        engine.round(
             Duration::from_millis(rec.now),
             wall(rec.now),
             None,

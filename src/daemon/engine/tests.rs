@@ -157,7 +157,7 @@ async fn stale_signals_after_remedys_write_neither_open_the_breaker_nor_hold() {
     for name in ["a", "b", "c"] {
         store
             .own_writes()
-            .record(&ResourceKey::new("OpenStackMachine", "ns", name), "10");
+            .remember(&ResourceKey::new("OpenStackMachine", "ns", name), "10");
         store.apply(0, &released(name, "10"));
     }
     for _ in 0..3 {
@@ -183,7 +183,7 @@ fn held_osm(name: &str, failing: bool, reason: &str) -> DynamicObject {
 }
 
 fn held_osm_crashed(name: &str, failing: bool, reason: &str, crash_count: u32) -> DynamicObject {
-    let record = serde_json::to_string(&HoldRecord {
+    let record = serde_json::to_string(&HoldMark {
         since: Utc::now(),
         reason: reason.into(),
         crash_count,
@@ -398,7 +398,7 @@ async fn firing_alert_holds_its_scope_and_resolved_without_proof_does_nothing() 
     e.pending.take();
     e.pending
         .finish(&ResourceKey::new("OpenStackMachine", "ns", "a"));
-    let record = serde_json::to_string(&HoldRecord {
+    let record = serde_json::to_string(&HoldMark {
         since: Utc::now(),
         reason: "alert:CloudAPIDegraded".into(),
         crash_count: 1,

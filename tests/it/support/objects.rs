@@ -139,8 +139,8 @@ pub async fn events_by_reason(client: &Client, ns: &str, reason: &str) -> BTreeM
 /// `n` OpenStackMachines (`osm-00`…) held by remedy's breaker, the cloud
 /// back (healthy status): what a release has to work through.
 pub async fn held_healthy_machines(client: &Client, ns: &str, n: usize) -> Api<DynamicObject> {
-    use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldRecord, PAUSE_MARKER};
-    let record = serde_json::to_string(&HoldRecord {
+    use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldMark, PAUSE_MARKER};
+    let record = serde_json::to_string(&HoldMark {
         since: chrono::Utc::now(),
         reason: "breaker".into(),
         crash_count: 1,

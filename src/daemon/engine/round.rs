@@ -10,7 +10,7 @@ impl Engine {
     /// The synchronous part of a tick: the store and the episodes through
     /// the decision core, goals queued for the workers. Clocks are passed
     /// in so a recorded run can be replayed.
-    pub(super) fn plan(
+    pub(super) fn round(
         &self,
         now: Duration,
         wall: DateTime<Utc>,
@@ -242,7 +242,7 @@ impl Engine {
         }
         if leader && !paused {
             for hold in d.holds {
-                let record = HoldRecord {
+                let record = HoldMark {
                     since: wall,
                     reason: hold.reason,
                     crash_count: hold.crash_count,
@@ -358,7 +358,7 @@ impl Engine {
         st.retries.retain(|k| store.get(k).is_some());
 
         for p in profiles {
-            use crate::decide::budget::WaitReason as W;
+            use crate::decide::release::WaitReason as W;
             let decided = [W::Breaker, W::Backoff, W::Budget, W::Owner].map(|w| w.label());
             for reason in decided.into_iter().chain(["settle", RETRY]) {
                 let n = waiting_counts
@@ -487,7 +487,7 @@ impl Engine {
         &self,
         held: &HashMap<ResourceKey, Held>,
         waiting: &BTreeMap<String, String>,
-        pace: &mut crate::decide::budget::TokenBucket,
+        pace: &mut crate::decide::bucket::TokenBucket,
         now: Duration,
     ) {
         for (key, h) in held {
@@ -525,7 +525,7 @@ struct Held {
     backoff: Duration,
     /// When that wait ends, while there is one.
     not_before: Option<DateTime<Utc>>,
-    /// The hold record's reason (`breaker`, `alert:NAME`).
+    /// The hold mark's reason (`breaker`, `alert:NAME`).
     reason: Option<Box<str>>,
     /// Digest of the note on the object (`ResourceView::why`).
     why: u64,

@@ -4,7 +4,7 @@
 //! every goal idempotent: a retried or repeated goal never doubles a write.
 
 use crate::model::profile::{
-    CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, HoldRecord, HoldTarget, Profile,
+    CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, HoldMark, HoldTarget, Profile,
     SKIP_MARKER, WHY_ANNOTATION,
 };
 use crate::model::view::{Owner, PauseState};
@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 #[derive(Clone, Debug, PartialEq)]
 pub enum Goal {
     /// Pause it (outage): only if nobody paused it already.
-    Hold(HoldRecord),
+    Hold(HoldMark),
     /// Undo our own hold so the controller tries again. Where the profile
     /// says so (`remediation.release_clears_failure`, on for the CAPI
     /// providers, which skip a resource whose failureReason is set), the
@@ -202,7 +202,7 @@ pub fn patch(profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) ->
             if let Goal::Hold(r) = goal {
                 // The record says what remedy wrote: ownership is judged
                 // from it (profile::pause_state).
-                let r = HoldRecord {
+                let r = HoldMark {
                     value: pause.clone(),
                     ..r.clone()
                 };
@@ -377,7 +377,7 @@ pub fn apply_locally(obj: &DynamicObject, body: &Value) -> Option<DynamicObject>
 
 /// Every step a goal takes from this object, computed without writing.
 /// Bounded: a plan never has more steps than there are step kinds.
-pub fn full_plan(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> (Vec<Step>, Done) {
+pub fn all_steps(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> (Vec<Step>, Done) {
     let mut steps = Vec::new();
     let mut cur = obj.clone();
     for _ in 0..8 {
@@ -418,8 +418,8 @@ mod tests {
         }))
     }
 
-    fn record() -> HoldRecord {
-        HoldRecord {
+    fn record() -> HoldMark {
+        HoldMark {
             since: Utc::now(),
             reason: "alert RemedyTransientErrorRatioHigh".into(),
             crash_count: 2,
@@ -474,7 +474,7 @@ mod tests {
         let held = failed_machine(
             json!({CAPI_PAUSED: PAUSE_MARKER, HOLD_ANNOTATION: serde_json::to_string(&record()).unwrap()}),
         );
-        let (steps, done) = full_plan(&p, &held, &Goal::Remediate);
+        let (steps, done) = all_steps(&p, &held, &Goal::Remediate);
         assert_eq!(
             steps,
             vec![
@@ -515,7 +515,7 @@ mod tests {
                 );
             }
         }
-        // Our marker without our hold record is not ours either.
+        // Our marker without our hold mark is not ours either.
         let m = failed_machine(json!({CAPI_PAUSED: PAUSE_MARKER}));
         assert_eq!(next_step(&p, &m, &Goal::Release), Err(Done::ForeignPause));
     }
@@ -524,7 +524,7 @@ mod tests {
     fn foreign_skip_remediation_is_left_in_place() {
         let p = builtin("capi-machine").unwrap();
         let m = failed_machine(json!({CAPI_SKIP_REMEDIATION: "true"}));
-        let (steps, done) = full_plan(&p, &m, &Goal::Remediate);
+        let (steps, done) = all_steps(&p, &m, &Goal::Remediate);
         assert_eq!(steps, vec![Step::ClearFailure]);
         assert_eq!(done, Done::Complete);
     }
@@ -538,7 +538,7 @@ mod tests {
             "status": {"instanceState": "BUILD"}
         }));
         let goal = Goal::Hold(record());
-        let (steps, _) = full_plan(&p, &m, &goal);
+        let (steps, _) = all_steps(&p, &m, &goal);
         assert_eq!(steps, vec![Step::Hold]);
         let held = apply_locally(&m, &patch(&p, &m, &goal, Step::Hold)).unwrap();
         assert!(matches!(
@@ -556,7 +556,7 @@ mod tests {
         let released =
             apply_locally(&held, &patch(&p, &held, &Goal::Release, Step::Unpause)).unwrap();
         let left: Vec<String> = released.metadata.annotations.unwrap().into_keys().collect();
-        // The pause and hold record go; the counter stays for the next backoff.
+        // The pause and hold mark go; the counter stays for the next backoff.
         assert_eq!(
             left,
             vec!["keep", CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION]
@@ -573,7 +573,7 @@ mod tests {
         // unpaused would probe nothing.
         let p = builtin("capi-machine").unwrap();
         let m = held(&p, &failed_machine(json!({})));
-        let (steps, done) = full_plan(&p, &m, &Goal::Release);
+        let (steps, done) = all_steps(&p, &m, &Goal::Release);
         assert_eq!(
             steps,
             vec![
@@ -594,7 +594,7 @@ mod tests {
                 "status": {"failureReason": "CreateError", "failureMessage": "got 503 instead"}
             })),
         );
-        let (steps, _) = full_plan(&o, &osm, &Goal::Release);
+        let (steps, _) = all_steps(&o, &osm, &Goal::Release);
         assert_eq!(steps, vec![Step::ClearFailure, Step::Unpause]);
         let mut cur = osm.clone();
         for s in steps {
@@ -611,7 +611,7 @@ mod tests {
         let mut unpause_only = o.clone();
         unpause_only.remediation.release_clears_failure = false;
         assert_eq!(
-            full_plan(&unpause_only, &osm, &Goal::Release).0,
+            all_steps(&unpause_only, &osm, &Goal::Release).0,
             vec![Step::Unpause]
         );
     }
@@ -633,7 +633,7 @@ mod tests {
             body["metadata"]["annotations"]["crossplane.io/paused"],
             "true"
         );
-        let rec = HoldRecord::parse(
+        let rec = HoldMark::parse(
             body["metadata"]["annotations"][HOLD_ANNOTATION]
                 .as_str()
                 .unwrap(),
@@ -692,7 +692,7 @@ mod tests {
             "status": {"current_version": "1.19.2", "target_version": "1.19.3", "current_state": "Idle",
                        "crash_count": 4, "state_transition_failure_timestamp": "2026-12-02T10:00:00Z"}
         }));
-        let (steps, done) = full_plan(&p, &b, &Goal::Remediate);
+        let (steps, done) = all_steps(&p, &b, &Goal::Remediate);
         assert_eq!(steps, vec![Step::ClearFailure, Step::ResetCounters]);
         assert_eq!(done, Done::Complete);
         assert_eq!(
