@@ -660,9 +660,9 @@ async fn the_real_mhc_leaves_machines_remedy_holds_and_judges_them_afresh_once_r
 async fn a_machine_hold_does_not_stop_a_remediation_the_mhc_ordered_before_it() {
     use crate::remediate::executor;
     use remedy::metrics::Metrics;
-    use remedy::model::profile::{HoldRecord, builtin};
+    use remedy::model::profile::{HoldMark, builtin};
     use remedy::model::view::ResourceKey;
-    use remedy::remediate::plan::{Goal, Step};
+    use remedy::remediate::step::{Goal, Step};
 
     let cluster = TestCluster::shared();
     let client = cluster.client().await;
@@ -711,7 +711,7 @@ async fn a_machine_hold_does_not_stop_a_remediation_the_mhc_ordered_before_it() 
         std::sync::Arc::new(Metrics::new(100)),
         false,
     );
-    let record = HoldRecord {
+    let record = HoldMark {
         since: chrono::Utc::now(),
         reason: "breaker".into(),
         crash_count: 1,
