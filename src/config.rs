@@ -910,7 +910,7 @@ mod tests {
     #[test]
     fn empty_file_gives_the_defaults() {
         let v = Config::from_yaml("{}").unwrap().validate().unwrap();
-        assert_eq!(v.profiles.len(), 6);
+        assert_eq!(v.profiles.len(), 7);
         assert_eq!(v.config.backoff.base, Duration::from_secs(60));
         assert!(!v.config.dry_run);
     }

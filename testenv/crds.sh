@@ -16,7 +16,7 @@ cd "$(dirname "$0")"
 
 CAPI_DEFAULT=v1.12.5
 CAPI_OLD=v1.10.10
-CAPO=v0.14.2
+CAPO=v0.14.7          # the CAPO CRDs every set has (OpenStackMachine, OpenStackServer)
 CAPA=v2.13.0
 XP_KUBERNETES=v1.3.1 # v1.4.x needs Go >= 1.27
 PROM_OPERATOR=v0.85.0
@@ -74,6 +74,7 @@ sigs.k8s.io/cluster-api@$capi config/crd/bases/ipam.cluster.x-k8s.io_ipaddresscl
 sigs.k8s.io/cluster-api@$capi config/crd/bases/ipam.cluster.x-k8s.io_ipaddresses.yaml
 sigs.k8s.io/cluster-api@$capi config/crd/bases/runtime.cluster.x-k8s.io_extensionconfigs.yaml
 sigs.k8s.io/cluster-api-provider-openstack@$CAPO config/crd/bases/infrastructure.cluster.x-k8s.io_openstackmachines.yaml
+sigs.k8s.io/cluster-api-provider-openstack@$CAPO config/crd/bases/infrastructure.cluster.x-k8s.io_openstackservers.yaml
 sigs.k8s.io/cluster-api-provider-aws/v2@$CAPA config/crd/bases/infrastructure.cluster.x-k8s.io_awsmachines.yaml
 github.com/crossplane-contrib/provider-kubernetes@$XP_KUBERNETES package/crds/kubernetes.m.crossplane.io_objects.yaml
 github.com/prometheus-operator/prometheus-operator@$PROM_OPERATOR example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml

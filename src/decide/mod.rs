@@ -31,6 +31,7 @@ pub use crate::decide::breaker::BreakerState;
 /// Hold reason recorded for breaker holds; alert holds record `alert:<name>`.
 pub const BREAKER_REASON: &str = "breaker";
 pub const ALERT_PREFIX: &str = "alert:";
+pub use crate::model::profile::WITH_PREFIX;
 
 /// A release whose outcome is not seen after this long (the object went
 /// away, or stays silent) is forgotten without counting.
@@ -46,6 +47,8 @@ pub enum Pause {
     Breaker,
     /// Ours, for a firing alert (its name).
     Alert(Box<str>),
+    /// Ours, because remedy holds its owner (`hold.with_owner`).
+    With,
     /// Ours, for a reason this version does not know: released like a
     /// breaker hold.
     Other,
@@ -62,6 +65,7 @@ impl Pause {
             Some(BREAKER_REASON) => Self::Breaker,
             Some(r) => match r.strip_prefix(ALERT_PREFIX) {
                 Some(alert) => Self::Alert(alert.into()),
+                None if r.starts_with(WITH_PREFIX) => Self::With,
                 None => Self::Other,
             },
             None => Self::Other,
@@ -108,6 +112,9 @@ pub struct Fact {
     pub has_work: bool,
     /// Its owner under `budget.per` (`namespace/name`), if it names one.
     pub owner: Option<Arc<str>>,
+    /// The owner whose hold it follows (`hold.with_owner`), as
+    /// `Kind/name`, while remedy holds that owner; `None` otherwise.
+    pub owner_held: Option<Box<str>>,
 }
 
 /// What the caller carries out.
@@ -386,6 +393,20 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
         let open_before = core.breakers.is_open(&f.domain);
         let in_firing = f.firing.is_some();
         let failing = transient || not_found;
+        // Held with its owner: whatever else holds or would release it.
+        if let Some(owner) = &f.owner_held {
+            if f.holdable && !f.pause.ours() {
+                self.out.holds.push(HoldOrder {
+                    key: key.clone(),
+                    reason: format!("{WITH_PREFIX}{owner}"),
+                    // Not a failure of its own: its count stays.
+                    crash_count: f.crash_count,
+                });
+            }
+            return;
+        }
+        // Held with an owner no longer held: released like a breaker hold,
+        // paced and budgeted, since its release is what calls the cloud.
         let action = if !f.pause.ours() {
             if failing && f.holdable && (open_before || in_firing) {
                 let reason = match &f.firing {

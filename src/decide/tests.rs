@@ -52,6 +52,7 @@ fn fact(domain: &Arc<str>, pause: Pause, failing: bool, crash: u32) -> Fact {
         verified: false,
         has_work: true,
         owner: None,
+        owner_held: None,
     }
 }
 
@@ -320,4 +321,60 @@ fn a_paused_leader_releases_nothing_and_a_resume_keeps_its_term() {
     let after = core.tick(Duration::from_secs(10), LEAD, held());
     assert!(after.resumed.is_empty(), "{:?}", after.resumed);
     assert_eq!(after.actions, [(1, Action::Release)]);
+}
+
+#[test]
+fn held_with_its_owner_then_released_paced_when_the_owner_goes() {
+    let mut core: Core<u32> = Core::new(cfg(false));
+    let d = core.domain("a");
+    let with = |pause, owner: Option<&str>| Fact {
+        owner_held: owner.map(Box::from),
+        ..fact(&d, pause, false, 0)
+    };
+    // Owner held: an unheld healthy object is held with it, its count kept;
+    // one held already (with it or for another reason) stays held.
+    let out = core.tick(
+        Duration::from_secs(1),
+        LEAD,
+        [
+            (1, with(Pause::No, Some("OpenStackMachine/m1"))),
+            (2, with(Pause::With, Some("OpenStackMachine/m2"))),
+            (3, with(Pause::Other, Some("OpenStackMachine/m3"))),
+            (4, with(Pause::Foreign, Some("OpenStackMachine/m4"))),
+        ],
+    );
+    assert_eq!(
+        out.holds,
+        [HoldOrder {
+            key: 1,
+            reason: "with:OpenStackMachine/m1".into(),
+            crash_count: 0,
+        }]
+    );
+    assert!(
+        out.actions.is_empty(),
+        "nothing held with a held owner goes"
+    );
+    // Not holdable: not held.
+    let out = core.tick(
+        Duration::from_secs(2),
+        LEAD,
+        [(
+            5,
+            Fact {
+                holdable: false,
+                ..with(Pause::No, Some("OpenStackMachine/m5"))
+            },
+        )],
+    );
+    assert!(out.holds.is_empty());
+    // Owner released: the object goes like a breaker hold, through the
+    // budget, not at once with no pace.
+    let out = core.tick(Duration::from_secs(3), LEAD, [(2, with(Pause::With, None))]);
+    assert_eq!(out.actions, [(2, Action::Release)]);
+    assert!(out.holds.is_empty());
+    assert_eq!(
+        Pause::from_reason(Some("with:OpenStackMachine/m2")),
+        Pause::With
+    );
 }

@@ -236,9 +236,21 @@ impl Classifier {
         if let Some(state) = failure.state.as_deref()
             && profile.terminal_states.iter().any(|s| s == state)
         {
-            return Verdict::Terminal {
-                reason: "instance_error".into(),
-                not_found: false,
+            // A terminal state the provider set because a cloud call failed
+            // (CAPO's OpenStackServer: ERROR after a create answered 503)
+            // says nothing of the instance: what the call failed with
+            // decides. Otherwise the instance itself is broken.
+            return match self.match_rules(failure, failure.has_failure(), &[]) {
+                Some(v @ Verdict::Transient { .. })
+                | Some(
+                    v @ Verdict::Terminal {
+                        not_found: true, ..
+                    },
+                ) => v,
+                _ => Verdict::Terminal {
+                    reason: "instance_error".into(),
+                    not_found: false,
+                },
             };
         }
         if failure.has_failure() {

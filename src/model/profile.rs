@@ -37,6 +37,13 @@ pub const IGNORE_ANNOTATION: &str = "remedy.dev/ignore";
 /// Written by remedy on the objects of a hold's `resume` once the hold is
 /// removed (the time): the update is what makes their controller reconcile.
 pub const RESUMED_ANNOTATION: &str = "remedy.dev/resumed";
+/// Where a profile with `hold.with_owner` keeps the name of the owner of
+/// that kind (from the object's ownerReferences) among the view's labels.
+pub const HELD_WITH_LABEL: &str = "remedy.dev/held-with";
+/// Hold reason of an object held because remedy holds its owner
+/// (`hold.with_owner`): `with:<Kind>/<name>`. Not a failure of its own:
+/// such a hold leaves its crash count and failure time as they were.
+pub const WITH_PREFIX: &str = "with:";
 /// remedy's note on a resource it holds: why, and what it waits for
 /// (`model::why`); removed with the hold.
 pub const WHY_ANNOTATION: &str = "remedy.dev/why";
@@ -131,6 +138,14 @@ pub struct HoldSpec {
     /// after it removes the hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<ResumeSpec>,
+    /// The kind of this object's owner (its ownerReference) whose hold it
+    /// follows: while remedy holds the owner it holds this object too, and
+    /// releases it when the owner's hold goes. CAPO's OpenStackMachine
+    /// leaves the cloud calls to its OpenStackServer, whose controller
+    /// checks the pause only on itself and on the Cluster: holding the
+    /// machine alone holds back no call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub with_owner: Option<String>,
 }
 
 /// After a hold on an object X is removed, remedy writes
@@ -162,6 +177,7 @@ impl HoldSpec {
             field: None,
             value: None,
             resume: None,
+            with_owner: None,
         }
     }
 
@@ -195,9 +211,14 @@ impl HoldSpec {
     /// One line for `check-config`: where the hold goes and what it writes.
     pub fn describe(&self) -> String {
         let value = self.pause_value();
+        let with = self
+            .with_owner
+            .as_ref()
+            .map(|k| format!("; also while its {k} is held"))
+            .unwrap_or_default();
         match self.target() {
-            Some(HoldTarget::Annotation(k)) => format!("annotation {k}={value}"),
-            Some(HoldTarget::Field(f)) => format!("field {f}={value}"),
+            Some(HoldTarget::Annotation(k)) => format!("annotation {k}={value}{with}"),
+            Some(HoldTarget::Field(f)) => format!("field {f}={value}{with}"),
             None => "invalid".to_string(),
         }
     }
@@ -247,6 +268,12 @@ pub struct RemediationSpec {
     /// kept either way.
     #[serde(default = "yes")]
     pub release_clears_failure: bool,
+    /// `clear_status` is never written while one of these fields is set.
+    /// CAPO's OpenStackServer: an `instanceID` means Nova made the server
+    /// and reports it ERROR, which is real; an ERROR from a failed create
+    /// call has none, and clearing it is what makes CAPO create it again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep_if_set: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -260,6 +287,7 @@ impl Default for RemediationSpec {
             reset_status: Vec::new(),
             skip_remediation_annotation: None,
             release_clears_failure: true,
+            keep_if_set: Vec::new(),
         }
     }
 }
@@ -372,6 +400,9 @@ impl Profile {
             })?;
         }
         let r = &self.remediation;
+        for p in &r.keep_if_set {
+            self.check_pointer("remediation.keep_if_set", p)?;
+        }
         for p in r
             .clear_status
             .iter()
@@ -400,6 +431,12 @@ impl Profile {
             if r.label.is_empty() || r.label.chars().any(char::is_whitespace) {
                 return Err(bad("resume.label must be a label key"));
             }
+        }
+        if h.with_owner
+            .as_ref()
+            .is_some_and(|k| k.is_empty() || *k == self.kind)
+        {
+            return Err(bad("with_owner must name another kind"));
         }
         match h.target() {
             None => Err(bad("needs exactly one of `annotation` or `field`")),
@@ -471,7 +508,8 @@ impl Profile {
                             .and_then(Value::as_str)
                             .filter(|o| !o.is_empty())
                             .map(|o| (crate::model::owner::OWNER_LABEL, o)),
-                    ),
+                    )
+                    .chain(self.held_with(obj).map(|o| (HELD_WITH_LABEL, o))),
             ),
             deleting: meta.deletion_timestamp.is_some(),
             ..ResourceView::default()
@@ -483,6 +521,7 @@ impl Profile {
             .get(WHY_ANNOTATION)
             .map_or(0, |t| crate::model::why::digest(t));
         view.pause = self.pause_state(annotations, &obj.data);
+        view.clearable = self.clearable(&obj.data);
         view.skip_remediation = match self
             .remediation
             .skip_remediation_annotation
@@ -548,6 +587,26 @@ impl Profile {
             }
         }
         Projection { view, failure }
+    }
+
+    /// The name of the owner whose hold this object follows
+    /// (`hold.with_owner`): its first ownerReference of that kind.
+    fn held_with<'a>(&self, obj: &'a DynamicObject) -> Option<&'a str> {
+        let kind = self.hold.as_ref()?.with_owner.as_deref()?;
+        obj.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.kind == kind && !r.name.is_empty())
+            .map(|r| r.name.as_str())
+    }
+
+    /// Whether remediation may write `clear_status` on this object now:
+    /// one of its fields is set and none of `keep_if_set` is.
+    pub fn clearable(&self, data: &Value) -> bool {
+        let set = |p: &String| data.pointer(p).is_some_and(|v| !v.is_null());
+        let r = &self.remediation;
+        r.clear_status.iter().any(set) && !r.keep_if_set.iter().any(set)
     }
 
     /// Whether the object itself counts failures (brupop); otherwise remedy
@@ -810,6 +869,38 @@ pub fn builtins() -> Vec<Profile> {
         &["/status/instanceState"],
     );
     openstack.terminal_states = vec!["ERROR".into()];
+    // CAPO v0.11+: the OpenStackServer is what calls Nova and Neutron. Its
+    // controller (v0.14 controllers/openstackserver_controller.go) honours
+    // cluster.x-k8s.io/paused on itself, sets instanceState ERROR with
+    // InstanceReady False/InstanceCreateFailed and the error text when a
+    // create call fails, and then never reconciles it again; with the state
+    // gone it creates the server anew. It has no failure fields.
+    let server = Profile {
+        name: "openstack-server".into(),
+        group: INFRA.into(),
+        version: "v1alpha1".into(),
+        kind: "OpenStackServer".into(),
+        plural: None,
+        fields: FieldPaths {
+            conditions: paths(&["/status/conditions"]),
+            state: paths(&["/status/instanceState"]),
+            failure_domain: paths(&["/spec/availabilityZone"]),
+            ..FieldPaths::default()
+        },
+        terminal_states: vec!["ERROR".into()],
+        unknown_conditions: Vec::new(),
+        hold: Some(HoldSpec {
+            with_owner: Some("OpenStackMachine".into()),
+            ..HoldSpec::marked(CAPI_PAUSED)
+        }),
+        remediation: RemediationSpec {
+            clear_status: paths(&["/status/instanceState"]),
+            keep_if_set: paths(&["/status/instanceID"]),
+            ..RemediationSpec::default()
+        },
+        label_selector: None,
+        backoff: None,
+    };
     let mut aws = capi_profile(
         "aws-machine",
         INFRA,
@@ -858,7 +949,15 @@ pub fn builtins() -> Vec<Profile> {
         // not the configured backoff.
         backoff: Some(crate::model::backoff::BackoffModel::Brupop),
     };
-    vec![machine, cluster, openstack, aws, azure, bottlerocket]
+    vec![
+        machine,
+        cluster,
+        openstack,
+        server,
+        aws,
+        azure,
+        bottlerocket,
+    ]
 }
 
 pub fn builtin(name: &str) -> Result<Profile, ProfileError> {
@@ -927,6 +1026,76 @@ mod tests {
         assert!(
             matches!(verdict(&p, &v), Verdict::Terminal { ref reason, .. } if reason == "instance_error")
         );
+    }
+
+    #[test]
+    fn openstack_server_error_from_a_failed_create_is_transient_and_clearable() {
+        let p = builtin("openstack-server").unwrap();
+        p.validate().unwrap();
+        let obj = sample(include_str!(
+            "../../testenv/samples/capo-openstackserver-createfailed.yaml"
+        ));
+        let v = p.project(&obj);
+        assert_eq!(v.failure.state.as_deref(), Some("ERROR"));
+        assert!(v.view.clearable, "no instanceID: the ERROR is the call's");
+        assert_eq!(
+            v.view.label(HELD_WITH_LABEL),
+            Some("prod-eu1-md-0-infra-9xk2p"),
+            "the owner OpenStackMachine it is held with"
+        );
+        assert_eq!(
+            v.view.label(crate::model::domains::FIELD_LABEL),
+            Some("az2")
+        );
+        assert_eq!(
+            verdict(&p, &v),
+            Verdict::Transient {
+                reason: "server_error".into()
+            }
+        );
+        // The same ERROR from a create refused for a missing image or a
+        // wrong project: counted by the breaker as a not-found burst.
+        let mut gone = v.clone();
+        for c in &mut gone.failure.conditions {
+            c.message = Some("error creating Openstack instance: Resource not found".into());
+        }
+        assert!(matches!(
+            verdict(&p, &gone),
+            Verdict::Terminal {
+                not_found: true,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn openstack_server_error_nova_reports_is_terminal_and_kept() {
+        let p = builtin("openstack-server").unwrap();
+        let obj = sample(include_str!(
+            "../../testenv/samples/capo-openstackserver-error.yaml"
+        ));
+        let v = p.project(&obj);
+        assert!(!v.view.clearable, "an instanceID: Nova's own ERROR");
+        assert!(!p.clearable(&obj.data));
+        assert!(
+            matches!(verdict(&p, &v), Verdict::Terminal { ref reason, not_found: false } if reason == "instance_error")
+        );
+        // Without the owner kind in its ownerReferences: no owner to follow.
+        let mut orphan = obj.clone();
+        orphan.metadata.owner_references = None;
+        assert_eq!(p.project(&orphan).view.label(HELD_WITH_LABEL), None);
+    }
+
+    #[test]
+    fn with_owner_must_name_another_kind() {
+        let mut p = builtin("openstack-server").unwrap();
+        if let Some(h) = p.hold.as_mut() {
+            h.with_owner = Some("OpenStackServer".into());
+        }
+        assert!(matches!(p.validate(), Err(ProfileError::BadHold { .. })));
+        p.hold = Some(HoldSpec::marked(CAPI_PAUSED));
+        p.remediation.keep_if_set = vec!["status/instanceID".into()];
+        assert!(matches!(p.validate(), Err(ProfileError::BadPointer { .. })));
     }
 
     #[test]
@@ -1037,6 +1206,7 @@ mod tests {
                 field: None,
                 value: Some(Value::from("true")),
                 resume: None,
+                with_owner: None,
             }),
             remediation: RemediationSpec::default(),
             label_selector: None,
@@ -1127,6 +1297,7 @@ mod tests {
             field: Some("/spec/paused".into()),
             value: None,
             resume: None,
+            with_owner: None,
         });
         p.validate().unwrap();
         let rec = record(Some(Value::Bool(true)));
@@ -1158,6 +1329,7 @@ mod tests {
             field: Some("/spec/paused".into()),
             value: None,
             resume: None,
+            with_owner: None,
         });
         assert!(bad(&p).contains("exactly one"));
         p.hold = Some(HoldSpec {
@@ -1165,6 +1337,7 @@ mod tests {
             field: None,
             value: Some(Value::Bool(true)),
             resume: None,
+            with_owner: None,
         });
         assert!(bad(&p).contains("string"));
         p.hold = Some(HoldSpec {
@@ -1172,6 +1345,7 @@ mod tests {
             field: Some("/status/paused".into()),
             value: None,
             resume: None,
+            with_owner: None,
         });
         assert!(bad(&p).contains("under /spec"));
         p.hold = Some(HoldSpec {
@@ -1179,6 +1353,7 @@ mod tests {
             field: Some("/spec/paused".into()),
             value: Some(Value::Bool(false)),
             resume: None,
+            with_owner: None,
         });
         assert!(bad(&p).contains("what pauses"));
         p.hold = Some(HoldSpec::annotation(HOLD_ANNOTATION));

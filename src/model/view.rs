@@ -133,6 +133,8 @@ pub struct ResourceView {
     /// [`crate::model::why::digest`] of remedy's note (`remedy.dev/why`),
     /// 0 without one: enough to tell whether a new note differs.
     pub why: u64,
+    /// Remediation has status to clear ([`crate::model::profile::Profile::clearable`]).
+    pub clearable: bool,
     /// Fields the profile names that exist but have the wrong type. Such a
     /// resource is reported unclassifiable and never touched.
     pub malformed: Vec<&'static str>,

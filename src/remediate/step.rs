@@ -5,7 +5,7 @@
 
 use crate::model::profile::{
     CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, HoldMark, HoldTarget, Profile,
-    SKIP_MARKER, WHY_ANNOTATION,
+    SKIP_MARKER, WHY_ANNOTATION, WITH_PREFIX,
 };
 use crate::model::view::{Owner, PauseState};
 use kube::api::DynamicObject;
@@ -210,7 +210,7 @@ pub fn patch(profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) ->
                     HOLD_ANNOTATION.into(),
                     Value::from(serde_json::to_string(&r).unwrap_or_default()),
                 );
-                if !profile.has_native_counter() {
+                if !profile.has_native_counter() && !r.reason.starts_with(WITH_PREFIX) {
                     a.insert(
                         CRASH_ANNOTATION.into(),
                         Value::from(r.crash_count.to_string()),
@@ -294,7 +294,11 @@ fn escape(token: &str) -> String {
 
 /// Clearable status fields that are set now. Only these go into the patch:
 /// a merge patch naming an absent nested path would create empty parents.
+/// None while a `keep_if_set` field is set: that failure is real.
 fn present_paths(profile: &Profile, obj: &DynamicObject) -> Vec<String> {
+    if !profile.clearable(&obj.data) {
+        return Vec::new();
+    }
     profile
         .remediation
         .clear_status
@@ -616,6 +620,47 @@ mod tests {
         );
     }
 
+    /// CAPO's OpenStackServer: an ERROR from a failed create (no
+    /// instanceID) is cleared on release, so CAPO creates the server again;
+    /// one Nova reports (an instanceID) is never touched, only unpaused.
+    #[test]
+    fn a_server_error_from_a_failed_create_is_cleared_and_novas_own_is_kept() {
+        let p = builtin("openstack-server").unwrap();
+        let server = |status: Value| {
+            obj(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "OpenStackServer",
+                "metadata": {"name": "s", "namespace": "d", "resourceVersion": "1"},
+                "status": status
+            }))
+        };
+        let failed = held(
+            &p,
+            &server(json!({"instanceState": "ERROR", "ready": false})),
+        );
+        let (steps, done) = all_steps(&p, &failed, &Goal::Release);
+        assert_eq!(steps, vec![Step::ClearFailure, Step::Unpause]);
+        assert_eq!(done, Done::Complete);
+        let body = patch(&p, &failed, &Goal::Release, Step::ClearFailure);
+        assert_eq!(body["status"], json!({"instanceState": null}));
+        for goal in [Goal::Release, Goal::Remediate] {
+            let real = held(
+                &p,
+                &server(json!({"instanceState": "ERROR", "instanceID": "b4c1", "ready": false})),
+            );
+            assert_eq!(all_steps(&p, &real, &goal).0, vec![Step::Unpause]);
+        }
+        // Held with its owner: no crash count or failure time of its own.
+        let with = HoldMark {
+            reason: format!("{WITH_PREFIX}OpenStackMachine/s"),
+            crash_count: 0,
+            ..record()
+        };
+        let body = patch(&p, &server(json!({})), &Goal::Hold(with), Step::Hold);
+        let a = &body["metadata"]["annotations"];
+        assert_eq!(a[CAPI_PAUSED], PAUSE_MARKER);
+        assert!(a.get(CRASH_ANNOTATION).is_none() && a.get(FAILURE_TIME_ANNOTATION).is_none());
+    }
+
     #[test]
     fn holds_write_the_profiles_pause_and_record_what_they_wrote() {
         use crate::model::profile::HoldSpec;
@@ -625,6 +670,7 @@ mod tests {
             field: None,
             value: Some(Value::from("true")),
             resume: None,
+            with_owner: None,
         });
         let m = obj(json!({"apiVersion": "v", "kind": "K",
             "metadata": {"name": "o", "namespace": "d", "resourceVersion": "3"}}));
@@ -653,6 +699,7 @@ mod tests {
             field: Some("/spec/paused".into()),
             value: None,
             resume: None,
+            with_owner: None,
         });
         let cl = obj(
             json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",

@@ -289,6 +289,7 @@ async fn the_admission_policy_limits_remedy_to_what_it_owns() {
         field: Some("/spec/paused".into()),
         value: None,
         resume: None,
+        with_owner: None,
     });
     let ckey = ResourceKey::new("Cluster", &ns2, "c1");
     assert_eq!(

@@ -190,6 +190,7 @@ fn cluster_hold() -> HoldSpec {
         field: Some("/spec/paused".into()),
         value: None,
         resume: None,
+        with_owner: None,
     }
 }
 

@@ -236,6 +236,7 @@ async fn a_capi_cluster_is_held_through_spec_paused_on_the_real_crd() {
         field: Some("/spec/paused".into()),
         value: None,
         resume: None,
+        with_owner: None,
     });
     p.validate().expect("valid");
     let ex = crate::remediate::executor(

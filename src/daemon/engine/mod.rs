@@ -16,7 +16,7 @@ use crate::decide::retry::Retries;
 use crate::decide::{ALERT_PREFIX, Action, Context, Core, CoreConfig, Fact, Failing, Pause};
 use crate::metrics::{EpisodeLabels, KindReasonLabels, Metrics, ScopeLabels};
 use crate::model::classify::Verdict;
-use crate::model::profile::{HoldMark, Profile};
+use crate::model::profile::{HELD_WITH_LABEL, HoldMark, Profile};
 use crate::model::scope::{AlertRules, Scope};
 use crate::model::view::{PauseState, ResourceKey};
 use crate::record::configmap::RecordApi;

@@ -59,6 +59,23 @@ impl Engine {
         // release estimate, and their note.
         let mut held_now: HashMap<ResourceKey, Held> = HashMap::new();
 
+        // Owners others follow (`hold.with_owner`) that remedy holds now.
+        let followed: HashSet<&str> = profiles
+            .iter()
+            .filter_map(|p| p.hold.as_ref()?.with_owner.as_deref())
+            .collect();
+        let mut held_owners: HashSet<ResourceKey> = HashSet::new();
+        if !followed.is_empty() {
+            self.store.for_each(|key, e| {
+                if followed.contains(key.kind.as_ref())
+                    && !e.view.deleting
+                    && matches!(e.view.pause, PauseState::Ours { .. })
+                {
+                    held_owners.insert(key.clone());
+                }
+            });
+        }
+
         // The store's objects as facts for the decision core.
         let per_owner = st.core.config().budget.per.clone();
         let mut t = st.core.begin(now);
@@ -150,6 +167,14 @@ impl Engine {
                         && verified.iter().any(|s| s.matches(key, &e.view)),
                     has_work: profile.is_some_and(|p| has_work(p, e)),
                     owner,
+                    owner_held: profile
+                        .and_then(|p| p.hold.as_ref()?.with_owner.as_deref())
+                        .and_then(|kind| {
+                            let name = e.view.label(HELD_WITH_LABEL)?;
+                            held_owners
+                                .contains(&ResourceKey::new(kind, &key.namespace, name))
+                                .then(|| format!("{kind}/{name}").into())
+                        }),
                 },
             );
         });
@@ -539,6 +564,7 @@ struct Held {
 fn has_work(profile: &Profile, e: &Entry) -> bool {
     let view = &e.view;
     e.failure.is_some()
+        || view.clearable
         || (profile.has_native_counter()
             && (view.crash_count.is_some_and(|n| n > 0) || view.failure_time.is_some()))
 }

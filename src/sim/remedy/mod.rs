@@ -262,6 +262,7 @@ pub fn fact(backoff: &BackoffPolicy, domain: Arc<str>, f: &SimFact, now: Ms) -> 
         verified: false,
         has_work: true,
         owner: None,
+        owner_held: None,
     }
 }
 
