@@ -208,6 +208,10 @@ impl Executor {
                         self.metrics.action(goal.label(), "skipped");
                         tracing::info!(resource = %key, goal = goal.label(), "paused by someone else: not touching it");
                     }
+                    if done == Done::Replaced && steps.is_empty() {
+                        self.metrics.action(goal.label(), "skipped");
+                        tracing::info!(resource = %key, goal = goal.label(), "its owner is replacing it (hold.not_while): a pause would not stop that; not holding it");
+                    }
                     return Ok(Outcome {
                         steps,
                         done,

@@ -70,6 +70,14 @@ pub struct Profile {
     /// `InstanceReady` Unknown whenever it cannot describe the instance.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unknown_conditions: Vec<String>,
+    /// Conditions classification never reads, by type or by reason: what
+    /// another controller concluded, not a cloud error. CAPI's
+    /// MachineHealthCheck writes `HealthCheckSucceeded` and
+    /// `OwnerRemediated` (reason `NodeStartupTimeout`, which the `timeout`
+    /// rule would read as a transient cloud error), and the v1beta1 Ready
+    /// summary copies their reasons.
+    #[serde(default, skip_serializing_if = "IgnoreConditions::is_empty")]
+    pub ignore_conditions: IgnoreConditions,
     /// How remedy holds the resource; `None` means it cannot be held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<HoldSpec>,
@@ -86,6 +94,26 @@ pub struct Profile {
     /// own (remediating is what spares the controller's wait).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff: Option<crate::model::backoff::BackoffModel>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IgnoreConditions {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub types: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+}
+
+impl IgnoreConditions {
+    pub fn is_empty(&self) -> bool {
+        self.types.is_empty() && self.reasons.is_empty()
+    }
+
+    fn skips(&self, type_: &str, reason: Option<&str>) -> bool {
+        self.types.iter().any(|t| t == type_)
+            || reason.is_some_and(|r| self.reasons.iter().any(|x| x == r))
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -146,6 +174,13 @@ pub struct HoldSpec {
     /// machine alone holds back no call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub with_owner: Option<String>,
+    /// Condition types whose `False` status means the object's owner is
+    /// already replacing it: remedy does not hold it then, since its pause
+    /// would not stop that. CAPI's MachineSet deletes a Machine with
+    /// `OwnerRemediated=False` (the MachineHealthCheck's order) without
+    /// looking at its pause.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_while: Vec<String>,
 }
 
 /// After a hold on an object X is removed, remedy writes
@@ -178,6 +213,7 @@ impl HoldSpec {
             value: None,
             resume: None,
             with_owner: None,
+            not_while: Vec::new(),
         }
     }
 
@@ -389,6 +425,10 @@ impl Profile {
         if self.unknown_conditions.iter().any(String::is_empty) {
             return Err(empty("unknown_conditions"));
         }
+        let ig = &self.ignore_conditions;
+        if ig.types.iter().chain(&ig.reasons).any(String::is_empty) {
+            return Err(empty("ignore_conditions"));
+        }
         if let Some(h) = &self.hold {
             self.check_hold(h)?;
         }
@@ -437,6 +477,9 @@ impl Profile {
             .is_some_and(|k| k.is_empty() || *k == self.kind)
         {
             return Err(bad("with_owner must name another kind"));
+        }
+        if h.not_while.iter().any(String::is_empty) {
+            return Err(bad("not_while has an empty condition type"));
         }
         match h.target() {
             None => Err(bad("needs exactly one of `annotation` or `field`")),
@@ -582,7 +625,16 @@ impl Profile {
         }
         if let Some(v) = first(data, &f.conditions) {
             match conditions(v) {
-                Some(c) => failure.conditions = c,
+                Some(c) => {
+                    let not_while = self.hold.as_ref().map_or(&[][..], |h| &h.not_while[..]);
+                    view.replaced = c.iter().any(|c| {
+                        c.status.as_ref() == "False" && not_while.iter().any(|t| **t == *c.type_)
+                    });
+                    failure.conditions = c
+                        .into_iter()
+                        .filter(|c| !self.ignore_conditions.skips(&c.type_, c.reason.as_deref()))
+                        .collect();
+                }
                 None => view.malformed.push("conditions"),
             }
         }
@@ -832,6 +884,7 @@ fn capi_profile(name: &str, group: &str, version: &str, kind: &str, state: &[&st
         fields: capi_fields(state),
         terminal_states: Vec::new(),
         unknown_conditions: Vec::new(),
+        ignore_conditions: IgnoreConditions::default(),
         hold: Some(HoldSpec::marked(CAPI_PAUSED)),
         remediation: RemediationSpec {
             clear_status: capi_clear(),
@@ -854,6 +907,31 @@ pub fn builtins() -> Vec<Profile> {
         &["/status/phase"],
     );
     machine.remediation.skip_remediation_annotation = Some(CAPI_SKIP_REMEDIATION.into());
+    // The MachineHealthCheck's verdicts and the MachineSet's answer to them
+    // (CAPI v1.12 api/core/v1beta2: machine_types.go, v1beta1_condition_consts.go):
+    // about the Node, not the cloud API; the MHC acts on them itself.
+    machine.ignore_conditions = IgnoreConditions {
+        types: paths(&["HealthCheckSucceeded", "OwnerRemediated"]),
+        reasons: paths(&[
+            "NodeStartupTimeout",
+            "UnhealthyNode",
+            "UnhealthyMachine",
+            "NodeDeleted",
+            "HasRemediateAnnotation",
+            "HasRemediateMachineAnnotation",
+            "WaitingForRemediation",
+            "RemediationInProgress",
+            "RemediationFailed",
+            "ExternalRemediationTemplateNotFound",
+            "ExternalRemediationRequestCreationFailed",
+            "TooManyUnhealthy",
+        ]),
+    };
+    if let Some(h) = machine.hold.as_mut() {
+        // The MachineSet deletes such a Machine whatever its pause
+        // (`collections.IsUnhealthyAndOwnerRemediated`; tests/it/capi_mhc.rs).
+        h.not_while = paths(&["OwnerRemediated"]);
+    }
     let cluster = capi_profile(
         "capi-cluster",
         "cluster.x-k8s.io",
@@ -889,6 +967,7 @@ pub fn builtins() -> Vec<Profile> {
         },
         terminal_states: vec!["ERROR".into()],
         unknown_conditions: Vec::new(),
+        ignore_conditions: IgnoreConditions::default(),
         hold: Some(HoldSpec {
             with_owner: Some("OpenStackMachine".into()),
             ..HoldSpec::marked(CAPI_PAUSED)
@@ -933,6 +1012,7 @@ pub fn builtins() -> Vec<Profile> {
         },
         terminal_states: Vec::new(),
         unknown_conditions: Vec::new(),
+        ignore_conditions: IgnoreConditions::default(),
         // brupop has no pause switch: its own backoff applies, remedy only
         // resets counters once the outage is over.
         hold: None,
@@ -1086,6 +1166,54 @@ mod tests {
         assert_eq!(p.project(&orphan).view.label(HELD_WITH_LABEL), None);
     }
 
+    /// The MachineHealthCheck's verdicts are not cloud errors: a Node that
+    /// never started (reason NodeStartupTimeout, which the `timeout` rule
+    /// would match, copied into the v1beta1 Ready summary) leaves the
+    /// Machine healthy for remedy, and one the MHC ordered remediated is
+    /// not holdable (its MachineSet deletes it whatever its pause).
+    #[test]
+    fn capi_machine_leaves_the_mhcs_verdicts_to_it() {
+        let p = builtin("capi-machine").unwrap();
+        p.validate().unwrap();
+        let machine = |conditions: Value| {
+            serde_json::from_value::<DynamicObject>(serde_json::json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+                "metadata": {"name": "m", "namespace": "d"},
+                "status": {"phase": "Provisioned", "conditions": conditions}
+            }))
+            .unwrap()
+        };
+        let startup = |status: &str| {
+            serde_json::json!([
+                {"type": "Ready", "status": "False", "reason": "NodeStartupTimeout", "message": "Node failed to report startup in 10m0s"},
+                {"type": "HealthCheckSucceeded", "status": "False", "reason": "NodeStartupTimeout", "message": "Node failed to report startup in 10m0s"},
+                {"type": "OwnerRemediated", "status": status, "reason": "WaitingForRemediation", "message": "MachineSet is remediating"}
+            ])
+        };
+        let v = p.project(&machine(startup("True")));
+        assert!(
+            v.failure.conditions.is_empty(),
+            "{:?}",
+            v.failure.conditions
+        );
+        assert!(!v.view.replaced);
+        assert_eq!(verdict(&p, &v), Verdict::Healthy);
+        let v = p.project(&machine(startup("False")));
+        assert!(
+            v.view.replaced,
+            "OwnerRemediated=False: its MachineSet replaces it"
+        );
+        // Without the profile's lists, the same Machine read as a cloud timeout.
+        let mut bare = p.clone();
+        bare.ignore_conditions = IgnoreConditions::default();
+        assert_eq!(
+            verdict(&bare, &bare.project(&machine(startup("True")))),
+            Verdict::Transient {
+                reason: "timeout".into()
+            }
+        );
+    }
+
     #[test]
     fn with_owner_must_name_another_kind() {
         let mut p = builtin("openstack-server").unwrap();
@@ -1201,12 +1329,14 @@ mod tests {
             fields: capi_fields(&[]),
             terminal_states: Vec::new(),
             unknown_conditions: Vec::new(),
+            ignore_conditions: IgnoreConditions::default(),
             hold: Some(HoldSpec {
                 annotation: Some("crossplane.io/paused".into()),
                 field: None,
                 value: Some(Value::from("true")),
                 resume: None,
                 with_owner: None,
+                not_while: Vec::new(),
             }),
             remediation: RemediationSpec::default(),
             label_selector: None,
@@ -1298,6 +1428,7 @@ mod tests {
             value: None,
             resume: None,
             with_owner: None,
+            not_while: Vec::new(),
         });
         p.validate().unwrap();
         let rec = record(Some(Value::Bool(true)));
@@ -1330,6 +1461,7 @@ mod tests {
             value: None,
             resume: None,
             with_owner: None,
+            not_while: Vec::new(),
         });
         assert!(bad(&p).contains("exactly one"));
         p.hold = Some(HoldSpec {
@@ -1338,6 +1470,7 @@ mod tests {
             value: Some(Value::Bool(true)),
             resume: None,
             with_owner: None,
+            not_while: Vec::new(),
         });
         assert!(bad(&p).contains("string"));
         p.hold = Some(HoldSpec {
@@ -1346,6 +1479,7 @@ mod tests {
             value: None,
             resume: None,
             with_owner: None,
+            not_while: Vec::new(),
         });
         assert!(bad(&p).contains("under /spec"));
         p.hold = Some(HoldSpec {
@@ -1354,6 +1488,7 @@ mod tests {
             value: Some(Value::Bool(false)),
             resume: None,
             with_owner: None,
+            not_while: Vec::new(),
         });
         assert!(bad(&p).contains("what pauses"));
         p.hold = Some(HoldSpec::annotation(HOLD_ANNOTATION));

@@ -135,6 +135,9 @@ pub struct ResourceView {
     pub why: u64,
     /// Remediation has status to clear ([`crate::model::profile::Profile::clearable`]).
     pub clearable: bool,
+    /// Its owner is replacing it (a `hold.not_while` condition is False):
+    /// remedy does not hold it.
+    pub replaced: bool,
     /// Fields the profile names that exist but have the wrong type. Such a
     /// resource is reported unclassifiable and never touched.
     pub malformed: Vec<&'static str>,

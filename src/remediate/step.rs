@@ -89,6 +89,9 @@ pub enum Done {
     NotHoldable,
     /// Opted out (`remedy.dev/ignore`) since the goal was planned.
     Ignored,
+    /// Its owner is replacing it (`hold.not_while`): a pause would not
+    /// stop that, so remedy does not claim to hold it.
+    Replaced,
 }
 
 impl Done {
@@ -99,6 +102,7 @@ impl Done {
             Self::Deleting => "deleting",
             Self::NotHoldable => "not_holdable",
             Self::Ignored => "ignored",
+            Self::Replaced => "replaced",
         }
     }
 }
@@ -122,6 +126,8 @@ pub fn next_step(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> Result<
                 Err(Done::NotHoldable)
             } else if ours {
                 Err(Done::Complete)
+            } else if view.replaced {
+                Err(Done::Replaced)
             } else {
                 Ok(Step::Hold)
             }
@@ -671,6 +677,7 @@ mod tests {
             value: Some(Value::from("true")),
             resume: None,
             with_owner: None,
+            not_while: Vec::new(),
         });
         let m = obj(json!({"apiVersion": "v", "kind": "K",
             "metadata": {"name": "o", "namespace": "d", "resourceVersion": "3"}}));
@@ -700,6 +707,7 @@ mod tests {
             value: None,
             resume: None,
             with_owner: None,
+            not_while: Vec::new(),
         });
         let cl = obj(
             json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",

@@ -290,6 +290,7 @@ async fn the_admission_policy_limits_remedy_to_what_it_owns() {
         value: None,
         resume: None,
         with_owner: None,
+        not_while: Vec::new(),
     });
     let ckey = ResourceKey::new("Cluster", &ns2, "c1");
     assert_eq!(

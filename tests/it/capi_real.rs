@@ -191,6 +191,7 @@ fn cluster_hold() -> HoldSpec {
         value: None,
         resume: None,
         with_owner: None,
+        not_while: Vec::new(),
     }
 }
 

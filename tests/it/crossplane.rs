@@ -237,6 +237,7 @@ async fn a_capi_cluster_is_held_through_spec_paused_on_the_real_crd() {
         value: None,
         resume: None,
         with_owner: None,
+        not_while: Vec::new(),
     });
     p.validate().expect("valid");
     let ex = crate::remediate::executor(

@@ -154,7 +154,8 @@ impl Engine {
                             .is_some_and(|rv| *rv == e.view.resource_version)
                         || pending.contains(key)
                         || retries.waiting(key, now),
-                    holdable: profile.is_some_and(|p| p.hold.is_some()),
+                    // Not one its owner is replacing: a pause would not stop that.
+                    holdable: profile.is_some_and(|p| p.hold.is_some()) && !e.view.replaced,
                     crash_count: crashes,
                     backoff_remaining,
                     firing: firing
