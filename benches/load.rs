@@ -351,22 +351,15 @@ struct SaturationFigures {
 /// engine's executor points nowhere and nothing is watched: this measures
 /// what the notifications cost, not remediation. Logs are formatted at INFO
 /// (into a sink), as `remedy serve` does by default.
-/// Ready with the engine's notes, as `app::serve`'s readiness reports them.
-struct EngineReadiness(Arc<remedy::daemon::engine::Engine>);
-
-impl Readiness for EngineReadiness {
-    fn check(&self) -> Result<Vec<String>, Vec<String>> {
-        Ok(self.0.problems())
-    }
-}
-
 fn webhook_saturation() -> BenchResult<SaturationFigures> {
     let server_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(err)?;
-    let cfg = remedy::config::Config {
+    let token = std::env::temp_dir().join(format!("remedy-bench-token-{}", std::process::id()));
+    std::fs::write(&token, TOKEN).map_err(err)?;
+    let config = remedy::config::Config {
         alerts: vec![remedy::config::AlertRule {
             alertname: "RemedyTransientErrorRatioHigh".into(),
             select: remedy::config::Selector {
@@ -378,69 +371,43 @@ fn webhook_saturation() -> BenchResult<SaturationFigures> {
             allow_cluster_wide: false,
             max_resources: 200,
         }],
+        webhook: remedy::config::WebhookConfig {
+            token_file: Some(token.clone()),
+            ..remedy::config::WebhookConfig::default()
+        },
+        leader_election: remedy::config::LeaderConfig {
+            enabled: false,
+            ..remedy::config::LeaderConfig::default()
+        },
+        dry_run: true,
         ..remedy::config::Config::default()
     };
-    let metrics = Arc::new(Metrics::new(10_000));
-    let (tx, rx) = tokio::sync::mpsc::channel(cfg.webhook.queue);
-    let state = WebhookState::new(
-        Arc::from(TOKEN.as_bytes()),
-        cfg.webhook.max_body_bytes,
-        ["RemedyTransientErrorRatioHigh".to_string()],
-        tx,
-        Arc::new(Mutex::new(Dedupe::new(DEDUPE_CAPACITY))),
-        metrics.clone(),
-    );
-    let store = Arc::new(Store::new(
-        vec![builtin("capi-machine").map_err(err)?],
-        Classifier::new(&default_rules()).map_err(err)?,
-        BackoffPolicy::default(),
-        metrics.clone(),
-    ));
+    // `App::build` as `remedy serve` runs it, with nothing watched (the
+    // validated config's profile list left empty): the client points
+    // nowhere, and this measures what the notifications cost.
+    let validated = remedy::config::Validated {
+        config,
+        profiles: Vec::new(),
+        classifier: Classifier::new(&default_rules()).map_err(err)?,
+    };
     let addr = server_rt.block_on(async {
         let client = kube::Client::try_from(kube::Config::new(
             "http://127.0.0.1:9".parse().map_err(err)?,
         ))
         .map_err(err)?;
-        let leader = remedy::daemon::leader::Leadership::fixed(true);
-        let executor = Arc::new(remedy::daemon::execute::Executor::new(
+        let app = remedy::daemon::app::App::build(
+            validated,
+            None,
             client,
-            metrics.clone(),
-            Arc::new(remedy::daemon::execute::WriteLimiter::new(20.0, 50)),
-            leader.clone(),
-            true,
-        ));
-        let engine = remedy::daemon::engine::Engine::new(&cfg, store, executor, None, leader);
-        tokio::spawn(engine.clone().run(cfg.tick, rx));
-        // As `app::serve`: readiness asks the engine, and a task keeps
-        // remedy_ready current every tick.
-        let readiness = Arc::new(EngineReadiness(engine));
-        tokio::spawn({
-            let (readiness, metrics, tick) = (readiness.clone(), metrics.clone(), cfg.tick);
-            async move {
-                let mut every = tokio::time::interval(tick);
-                loop {
-                    every.tick().await;
-                    metrics.ready.set(i64::from(readiness.check().is_ok()));
-                }
-            }
-        });
-        let app = server::router(Http {
-            metrics: metrics.clone(),
-            readiness,
-        })
-        .merge(router(state));
+            Arc::new(Metrics::new(10_000)),
+        )
+        .await
+        .map_err(err)?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(err)?;
         let addr = listener.local_addr().map_err(err)?;
-        tokio::spawn(server::serve(
-            listener,
-            None,
-            app,
-            HttpConfig::default(),
-            metrics.clone(),
-            std::future::pending(),
-        ));
+        tokio::spawn(app.run_on(listener, std::future::pending()));
         Ok::<_, String>(addr)
     })?;
 
@@ -540,6 +507,7 @@ fn webhook_saturation() -> BenchResult<SaturationFigures> {
     let mut webhook = webhook;
     webhook.sort();
     server_rt.shutdown_timeout(Duration::from_secs(1));
+    let _ = std::fs::remove_file(&token);
     Ok(SaturationFigures {
         notifications: webhook.len(),
         refused,

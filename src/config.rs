@@ -49,7 +49,7 @@ impl ConfigError {
 #[serde(untagged)]
 pub enum ProfileRef {
     Builtin(String),
-    Override(BuiltinOverride),
+    Override(Box<BuiltinOverride>),
     Custom(Box<Profile>),
 }
 

@@ -8,6 +8,7 @@ use futures::FutureExt;
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
@@ -41,6 +42,54 @@ pub struct Supervisor {
     set: JoinSet<Ended>,
 }
 
+type Supervised = Pin<Box<dyn Future<Output = Ended> + Send>>;
+
+/// Long-lived tasks built but not started: `App::build` collects them,
+/// `App::run` starts them all under one [`Supervisor`]. Nothing runs
+/// before that, so a build that fails half-way leaves nothing behind.
+#[derive(Default)]
+pub struct Tasks {
+    tasks: Vec<(String, Supervised)>,
+}
+
+impl Tasks {
+    pub fn add<F>(&mut self, task: impl Into<String>, f: F)
+    where
+        F: Future + Send + 'static,
+        F::Output: Exit,
+    {
+        let task = task.into();
+        self.tasks
+            .push((task.clone(), Box::pin(supervised(task, f))));
+    }
+
+    /// The names of the tasks, in the order they were added.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tasks.iter().map(|(n, _)| n.as_str())
+    }
+
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+}
+
+/// `f` with the reason it ended: its output, or the panic's message.
+async fn supervised<F>(task: String, f: F) -> Ended
+where
+    F: Future,
+    F::Output: Exit,
+{
+    let cause = match AssertUnwindSafe(f).catch_unwind().await {
+        Ok(out) => out.cause(),
+        Err(p) => format!("panicked: {}", panic_message(p.as_ref())),
+    };
+    Ended { task, cause }
+}
+
 pub fn panic_message(p: &(dyn Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| (*s).to_string())
@@ -54,14 +103,14 @@ impl Supervisor {
         F: Future + Send + 'static,
         F::Output: Exit,
     {
-        let task = task.into();
-        self.set.spawn(async move {
-            let cause = match AssertUnwindSafe(f).catch_unwind().await {
-                Ok(out) => out.cause(),
-                Err(p) => format!("panicked: {}", panic_message(p.as_ref())),
-            };
-            Ended { task, cause }
-        });
+        self.set.spawn(supervised(task.into(), f));
+    }
+
+    /// Starts every task of `tasks`.
+    pub fn start(&mut self, tasks: Tasks) {
+        for (_, t) in tasks.tasks {
+            self.set.spawn(t);
+        }
     }
 
     /// The next task to end; never resolves while none is supervised.
@@ -157,6 +206,30 @@ mod tests {
         s.spawn("says why", async { String::from("a worker ended") });
         assert_eq!(s.next_end().await.cause, "a worker ended");
         assert_eq!(s.len(), 1, "the pending one is still supervised");
+    }
+
+    #[tokio::test]
+    async fn built_tasks_run_only_once_started_and_are_supervised_alike() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let ran = Arc::new(AtomicBool::new(false));
+        let mut tasks = Tasks::default();
+        let flag = ran.clone();
+        tasks.add("marks", async move {
+            flag.store(true, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+        });
+        tasks.add("boom", boom());
+        assert_eq!(tasks.names().collect::<Vec<_>>(), ["marks", "boom"]);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!ran.load(Ordering::SeqCst), "built, not started");
+        let mut s = Supervisor::default();
+        s.start(tasks);
+        let end = s.next_end().await;
+        assert_eq!(end.task, "boom");
+        assert_eq!(end.cause, "panicked: engine exploded");
+        assert!(ran.load(Ordering::SeqCst));
+        assert_eq!(s.len(), 1);
     }
 
     #[test]

@@ -209,7 +209,7 @@ pub async fn pause(
 /// (`GET /explain`), then the Events remedy wrote on it, read with
 /// KUBECONFIG when the cluster is reachable (the history remedy knows).
 pub async fn explain(url: &str, target: &str) -> Result<String, CliError> {
-    let Some((ns, kind, name)) = crate::daemon::app::split_target(target) else {
+    let Some((ns, kind, name)) = crate::daemon::engine::http::split_target(target) else {
         return Err(CliError::Target(target.to_string()));
     };
     let endpoint = format!("{}/explain", url.trim_end_matches('/'));

@@ -17,9 +17,7 @@ use crate::signals::dedupe::Dedupe;
 use crate::signals::inbox::Inbox;
 use crate::signals::verify::{SignalHealth, Verifier};
 use crate::signals::webhook::{self, TokenStore, WebhookState};
-use crate::supervise::{Heartbeat, Supervisor};
-use axum::Json;
-use axum::routing::get;
+use crate::supervise::{Heartbeat, Supervisor, Tasks};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -105,252 +103,265 @@ impl Readiness for WatchReadiness {
     }
 }
 
+/// `remedy serve`: the certificate, the client, then [`App::build`], then
+/// [`App::run`].
 pub async fn serve(v: Validated) -> Result<(), ServeError> {
-    let cfg = v.config;
-    // First: a bad certificate or key stops startup with the reason, before
-    // anything connects or listens.
-    let tls_config = cfg.tls.as_ref().map(tls::load).transpose()?;
-    // Every long-lived task: one ending ends the process.
-    let mut tasks = Supervisor::default();
-    crate::daemon::fdlimit::ensure(crate::daemon::fdlimit::needed(
-        cfg.http.max_connections,
-        watch::stream_ids(&v.profiles, &cfg.namespaces).len(),
-    ));
-    let metrics = Arc::new(Metrics::new(cfg.max_resource_series));
-    metrics.preset(&crate::metrics::Known::from_config(&cfg, &v.profiles));
-    if let Some(t) = &tls_config {
-        let seen = check_certificate(&t.certs, &metrics, None);
-        tasks.spawn(
-            "certificate reload",
-            reload_certificates(t.certs.clone(), metrics.clone(), cfg.reload_interval, seen),
-        );
-    }
-    let store = Arc::new(Store::new(
-        v.profiles.clone(),
-        v.classifier,
-        cfg.backoff.clone(),
-        metrics.clone(),
-    ));
-
-    // Fail at start, with the reason, rather than run half-configured.
-    let verifier = match cfg.signals.prometheus_url {
-        Some(_) => Some(Arc::new(Verifier::new(&cfg.signals, metrics.clone())?)),
-        None => None,
-    };
-    let signal_health = verifier.as_ref().map(|v| v.health());
-    let (tx, rx) = tokio::sync::mpsc::channel(cfg.webhook.queue);
+    // First: a bad certificate or key stops startup with the reason,
+    // before anything connects or listens.
+    let tls = v.config.tls.as_ref().map(tls::load).transpose()?;
+    let metrics = Arc::new(Metrics::new(v.config.max_resource_series));
     let client = crate::kube_client_observed(crate::daemon::slowdown::layer::Observer {
         throttled: metrics.apiserver_throttled.clone(),
         backoff: metrics.apiserver_backoff.clone(),
     })
     .await?;
-    crate::daemon::preflight::check_status_subresources(&client, &v.profiles).await?;
-    // With leader election, several replicas may take Alertmanager's
-    // notifications: they meet in the episode record.
-    let le = &cfg.leader_election;
-    let record = le.enabled.then(|| {
-        Arc::new(RecordApi::new(
-            client.clone(),
-            &le.namespace,
-            &le.episode_record,
+    App::build(v, tls, client, metrics).await?.run().await
+}
+
+/// Everything `remedy serve` runs, built and not started: the HTTP app,
+/// and every long-lived task, which [`App::run`] starts and supervises.
+pub struct App {
+    tasks: Tasks,
+    router: axum::Router,
+    listen: std::net::SocketAddr,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    http: crate::config::HttpConfig,
+    metrics: Arc<Metrics>,
+    leadership: leader::Leadership,
+    dry_run: bool,
+}
+
+impl App {
+    /// Builds every part from a validated config, its loaded certificate
+    /// (`tls::load` of `config.tls`), a client and the metrics the client
+    /// reports into. Checks what can fail at start (signals, status
+    /// subresources, the lease manager) and starts nothing: no task runs,
+    /// nothing listens.
+    pub async fn build(
+        v: Validated,
+        tls_config: Option<tls::Tls>,
+        client: kube::Client,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, ServeError> {
+        let cfg = v.config;
+        let mut tasks = Tasks::default();
+        crate::daemon::fdlimit::ensure(crate::daemon::fdlimit::needed(
+            cfg.http.max_connections,
+            watch::stream_ids(&v.profiles, &cfg.namespaces).len(),
+        ));
+        metrics.preset(&crate::metrics::Known::from_config(&cfg, &v.profiles));
+        if let Some(t) = &tls_config {
+            let seen = check_certificate(&t.certs, &metrics, None);
+            tasks.add(
+                "certificate reload",
+                reload_certificates(t.certs.clone(), metrics.clone(), cfg.reload_interval, seen),
+            );
+        }
+        let store = Arc::new(Store::new(
+            v.profiles.clone(),
+            v.classifier,
+            cfg.backoff.clone(),
             metrics.clone(),
-        ))
-    });
-    let webhook_router = match cfg.webhook.token_file {
-        Some(_) => {
-            let mut state = WebhookState::from_config(
-                &cfg.webhook,
-                cfg.reload_interval,
-                &cfg.alerts,
-                tx,
-                Arc::new(Mutex::new(Dedupe::new(DEDUPE_CAPACITY))),
+        ));
+
+        // Fail at start, with the reason, rather than run half-configured.
+        let verifier = match cfg.signals.prometheus_url {
+            Some(_) => Some(Arc::new(Verifier::new(&cfg.signals, metrics.clone())?)),
+            None => None,
+        };
+        let signal_health = verifier.as_ref().map(|v| v.health());
+        let (tx, rx) = tokio::sync::mpsc::channel(cfg.webhook.queue);
+        crate::daemon::preflight::check_status_subresources(&client, &v.profiles).await?;
+        // With leader election, several replicas may take Alertmanager's
+        // notifications: they meet in the episode record.
+        let le = &cfg.leader_election;
+        let record = le.enabled.then(|| {
+            Arc::new(RecordApi::new(
+                client.clone(),
+                &le.namespace,
+                &le.episode_record,
                 metrics.clone(),
-            )?;
-            if let Some(api) = &record {
-                state = state.with_inbox(Inbox::start(
-                    api.clone(),
-                    crate::model::scope::AlertRules::new(cfg.alerts.clone()),
-                    INBOX_INTERVAL,
-                    &mut tasks,
-                ));
-            }
-            tasks.spawn(
-                "webhook token reload",
-                reload_token(state.tokens(), metrics.clone(), cfg.reload_interval),
-            );
-            Some(webhook::router(state))
-        }
-        None => {
-            if !cfg.alerts.is_empty() {
-                tracing::warn!(
-                    "alerts configured but webhook.token_file is not: the webhook is disabled"
-                );
-            }
-            drop(tx);
-            None
-        }
-    };
-
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|source| ServeError::Listen {
-            addr: cfg.listen,
-            source,
-        })?;
-    tracing::info!(
-        addr = %cfg.listen,
-        tls = tls_config.is_some(),
-        dry_run = cfg.dry_run,
-        "listening"
-    );
-
-    let list = watch::initial_list(&client).await;
-    for (i, p) in v.profiles.iter().enumerate() {
-        if cfg.namespaces.is_empty() {
-            tasks.spawn(
-                format!("watch {}", p.kind),
-                watch::run(client.clone(), store.clone(), i, None, list),
-            );
-        } else {
-            for ns in &cfg.namespaces {
-                tasks.spawn(
-                    format!("watch {} in {ns}", p.kind),
-                    watch::run(client.clone(), store.clone(), i, Some(ns.clone()), list),
-                );
-            }
-        }
-    }
-
-    let identity = leader::identity();
-    let leadership = leader::start(
-        client.clone(),
-        &cfg.leader_election,
-        identity.clone(),
-        metrics.clone(),
-        &mut tasks,
-    )
-    .await?;
-    let limiter = Arc::new(WriteLimiter::new(
-        cfg.budget.writes_per_second,
-        cfg.budget.write_burst,
-    ));
-    let pause = Arc::new(PauseSwitch::new(
-        client.clone(),
-        &cfg.pause_switch.namespace,
-        &cfg.pause_switch.configmap,
-        metrics.clone(),
-    ));
-    // Read once before anything can be written: a remedy started while
-    // paused writes nothing.
-    pause.refresh().await;
-    let executor = Arc::new(
-        Executor::new(
-            client,
-            metrics.clone(),
-            limiter,
-            leadership.clone(),
-            cfg.dry_run,
-        )
-        .with_write_log(store.clone())
-        .with_pause(pause.clone()),
-    );
-    let stopping = Arc::new(AtomicBool::new(false));
-    let stop = stop_then_release(leadership.clone(), stopping.clone());
-    let engine = Engine::new(&cfg, store.clone(), executor, verifier, leadership);
-    engine.use_pause(pause);
-    if let Some(api) = record {
-        engine.use_record(api, identity);
-    }
-    tasks.spawn("engine", engine.clone().run(cfg.tick, rx));
-
-    let readiness = Arc::new(WatchReadiness {
-        store: store.clone(),
-        streams: watch::stream_ids(&v.profiles, &cfg.namespaces),
-        engine: engine.clone(),
-        signals: signal_health,
-        heartbeat: engine.heartbeat(),
-    });
-    // Keep remedy_ready current without depending on a probe calling /readyz.
-    tasks.spawn(
-        "readiness gauge",
-        ready_gauge(readiness.clone(), metrics.clone(), cfg.tick),
-    );
-    let status_engine = engine.clone();
-    let mut app = server::router(Http {
-        metrics: metrics.clone(),
-        readiness,
-    })
-    .route(
-        "/status",
-        get(move |q: axum::extract::Query<StatusQuery>| {
-            let e = status_engine.clone();
-            async move {
-                use axum::response::IntoResponse;
-                match q.limit.unwrap_or(crate::daemon::engine::STATUS_LIMIT) {
-                    n if n == 0 || n > crate::daemon::engine::STATUS_MAX_LIMIT => (
-                        axum::http::StatusCode::BAD_REQUEST,
-                        format!(
-                            "limit must be 1..={} (default {})\n",
-                            crate::daemon::engine::STATUS_MAX_LIMIT,
-                            crate::daemon::engine::STATUS_LIMIT
-                        ),
-                    )
-                        .into_response(),
-                    n => Json(e.report_limited(n)).into_response(),
+            ))
+        });
+        let webhook_router = match cfg.webhook.token_file {
+            Some(_) => {
+                let mut state = WebhookState::from_config(
+                    &cfg.webhook,
+                    cfg.reload_interval,
+                    &cfg.alerts,
+                    tx,
+                    Arc::new(Mutex::new(Dedupe::new(DEDUPE_CAPACITY))),
+                    metrics.clone(),
+                )?;
+                if let Some(api) = &record {
+                    state = state.with_inbox(Inbox::start(
+                        api.clone(),
+                        crate::model::scope::AlertRules::new(cfg.alerts.clone()),
+                        INBOX_INTERVAL,
+                        &mut tasks,
+                    ));
                 }
+                tasks.add(
+                    "webhook token reload",
+                    reload_token(state.tokens(), metrics.clone(), cfg.reload_interval),
+                );
+                Some(webhook::router(state))
             }
-        }),
-    );
-    let explain_engine = engine.clone();
-    app = app.route(
-        "/explain",
-        get(move |q: axum::extract::Query<ExplainQuery>| {
-            let e = explain_engine.clone();
-            async move {
-                use axum::http::StatusCode;
-                use axum::response::IntoResponse;
-                let Some((ns, kind, name)) = split_target(&q.resource) else {
-                    return (
-                        StatusCode::BAD_REQUEST,
-                        "resource must be NAMESPACE/KIND/NAME (an empty namespace for cluster-scoped kinds)\n",
-                    )
-                        .into_response();
+            None => {
+                if !cfg.alerts.is_empty() {
+                    tracing::warn!(
+                        "alerts configured but webhook.token_file is not: the webhook is disabled"
+                    );
+                }
+                drop(tx);
+                None
+            }
+        };
+
+        let list = watch::initial_list(&client).await;
+        for (i, p) in v.profiles.iter().enumerate() {
+            let namespaces: Vec<Option<String>> = if cfg.namespaces.is_empty() {
+                vec![None]
+            } else {
+                cfg.namespaces.iter().cloned().map(Some).collect()
+            };
+            for ns in namespaces {
+                let name = match &ns {
+                    None => format!("watch {}", p.kind),
+                    Some(ns) => format!("watch {} in {ns}", p.kind),
                 };
-                match e.explain(ns, kind, name) {
-                    Some(x) => Json(x).into_response(),
-                    None => (
-                        StatusCode::NOT_FOUND,
-                        format!("{}: not watched by this remedy (kind, namespace or name)\n", q.resource),
-                    )
-                        .into_response(),
-                }
+                tasks.add(name, watch::run(client.clone(), store.clone(), i, ns, list));
             }
-        }),
-    );
-    if let Some(w) = webhook_router {
-        app = app.merge(w);
+        }
+
+        let identity = leader::identity();
+        let leadership = leader::start(
+            client.clone(),
+            &cfg.leader_election,
+            identity.clone(),
+            metrics.clone(),
+            &mut tasks,
+        )
+        .await?;
+        let limiter = Arc::new(WriteLimiter::new(
+            cfg.budget.writes_per_second,
+            cfg.budget.write_burst,
+        ));
+        let pause = Arc::new(PauseSwitch::new(
+            client.clone(),
+            &cfg.pause_switch.namespace,
+            &cfg.pause_switch.configmap,
+            metrics.clone(),
+        ));
+        // Read once before anything can be written: a remedy started while
+        // paused writes nothing.
+        pause.refresh().await;
+        let executor = Arc::new(
+            Executor::new(
+                client,
+                metrics.clone(),
+                limiter,
+                leadership.clone(),
+                cfg.dry_run,
+            )
+            .with_write_log(store.clone())
+            .with_pause(pause.clone()),
+        );
+        let engine = Engine::new(&cfg, store.clone(), executor, verifier, leadership.clone());
+        engine.use_pause(pause);
+        if let Some(api) = record {
+            engine.use_record(api, identity);
+        }
+        tasks.add("engine", engine.clone().run(cfg.tick, rx));
+
+        let readiness = Arc::new(WatchReadiness {
+            store,
+            streams: watch::stream_ids(&v.profiles, &cfg.namespaces),
+            engine: engine.clone(),
+            signals: signal_health,
+            heartbeat: engine.heartbeat(),
+        });
+        // Keep remedy_ready current without depending on a probe calling /readyz.
+        tasks.add(
+            "readiness gauge",
+            ready_gauge(readiness.clone(), metrics.clone(), cfg.tick),
+        );
+        let mut router = server::router(Http {
+            metrics: metrics.clone(),
+            readiness,
+        })
+        .merge(crate::daemon::engine::http::routes(engine));
+        if let Some(w) = webhook_router {
+            router = router.merge(w);
+        }
+        Ok(Self {
+            tasks,
+            router,
+            listen: cfg.listen,
+            tls: tls_config.map(|t| t.config),
+            http: cfg.http,
+            metrics,
+            leadership,
+            dry_run: cfg.dry_run,
+        })
     }
-    let server = server::serve(
-        listener,
-        tls_config.map(|t| t.config),
-        app,
-        cfg.http.clone(),
-        metrics,
-        stop,
-    );
-    tokio::pin!(server);
-    loop {
-        tokio::select! {
-            () = &mut server => return Ok(()),
-            end = tasks.next_end() => {
-                // On SIGTERM the leader task ends by design: the listener
-                // is draining, wait for it.
-                if stopping.load(Ordering::SeqCst) {
-                    tracing::debug!(task = %end.task, cause = %end.cause, "task ended while shutting down");
-                    continue;
+
+    /// The names of the long-lived tasks `run` starts.
+    pub fn tasks(&self) -> impl Iterator<Item = &str> {
+        self.tasks.names()
+    }
+
+    /// Listens on the configured address and runs.
+    pub async fn run(self) -> Result<(), ServeError> {
+        let listener = tokio::net::TcpListener::bind(self.listen)
+            .await
+            .map_err(|source| ServeError::Listen {
+                addr: self.listen,
+                source,
+            })?;
+        self.run_on(listener, shutdown_signal()).await
+    }
+
+    /// Starts every task and serves on `listener` until `shutdown` (then
+    /// the Lease is handed back and the listener drains) or until a task
+    /// ends, which ends the process with its name and cause.
+    pub async fn run_on(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        tracing::info!(
+            addr = %listener.local_addr().map_or_else(|_| self.listen.to_string(), |a| a.to_string()),
+            tls = self.tls.is_some(),
+            dry_run = self.dry_run,
+            "listening"
+        );
+        let mut supervisor = Supervisor::default();
+        supervisor.start(self.tasks);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let stop = stop_then_release(self.leadership, stopping.clone(), shutdown);
+        let server = server::serve(
+            listener,
+            self.tls,
+            self.router,
+            self.http,
+            self.metrics,
+            stop,
+        );
+        tokio::pin!(server);
+        loop {
+            tokio::select! {
+                () = &mut server => return Ok(()),
+                end = supervisor.next_end() => {
+                    // On SIGTERM the leader task ends by design: the
+                    // listener is draining, wait for it.
+                    if stopping.load(Ordering::SeqCst) {
+                        tracing::debug!(task = %end.task, cause = %end.cause, "task ended while shutting down");
+                        continue;
+                    }
+                    tracing::error!(task = %end.task, cause = %end.cause, "a long-lived task ended: exiting so that Kubernetes restarts remedy");
+                    return Err(ServeError::TaskEnded { task: end.task, cause: end.cause });
                 }
-                tracing::error!(task = %end.task, cause = %end.cause, "a long-lived task ended: exiting so that Kubernetes restarts remedy");
-                return Err(ServeError::TaskEnded { task: end.task, cause: end.cause });
             }
         }
     }
@@ -363,25 +374,6 @@ async fn ready_gauge(readiness: Arc<WatchReadiness>, metrics: Arc<Metrics>, tick
         every.tick().await;
         metrics.ready.set(i64::from(readiness.check().is_ok()));
     }
-}
-
-/// `GET /explain?resource=NAMESPACE/KIND/NAME`.
-#[derive(serde::Deserialize)]
-struct ExplainQuery {
-    resource: String,
-}
-
-/// NAMESPACE/KIND/NAME, the namespace empty for cluster-scoped kinds.
-pub fn split_target(target: &str) -> Option<(&str, &str, &str)> {
-    let mut parts = target.split('/');
-    let (ns, kind, name) = (parts.next()?, parts.next()?, parts.next()?);
-    (parts.next().is_none() && !kind.is_empty() && !name.is_empty()).then_some((ns, kind, name))
-}
-
-/// `GET /status?limit=N`: at most N entries per list.
-#[derive(serde::Deserialize)]
-struct StatusQuery {
-    limit: Option<usize>,
 }
 
 /// Runs `f` every `period`, the first time one period from now (what it
@@ -479,8 +471,12 @@ async fn reload_token(tokens: Arc<TokenStore>, metrics: Arc<Metrics>, period: Du
 
 /// On SIGTERM: stop writing and hand the Lease back before the listener
 /// drains, so a successor leads at once instead of after a lease duration.
-async fn stop_then_release(leadership: leader::Leadership, stopping: Arc<AtomicBool>) {
-    shutdown_signal().await;
+async fn stop_then_release(
+    leadership: leader::Leadership,
+    stopping: Arc<AtomicBool>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    shutdown.await;
     stopping.store(true, Ordering::SeqCst);
     tracing::info!("shutting down");
     leadership.release(LEASE_RELEASE_TIMEOUT).await;

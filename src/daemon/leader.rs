@@ -370,7 +370,7 @@ pub async fn start(
     cfg: &LeaderConfig,
     identity: String,
     metrics: Arc<Metrics>,
-    tasks: &mut crate::supervise::Supervisor,
+    tasks: &mut crate::supervise::Tasks,
 ) -> Result<Leadership, LeaderError> {
     if !cfg.enabled {
         metrics.leader.set(1);
@@ -400,25 +400,22 @@ pub async fn start(
         changed: Arc::new(Notify::new()),
         vacant: Arc::new(Notify::new()),
     };
-    // Supervised like every long-lived task; `elect` only aborts it.
-    let confirmer = tokio::spawn(confirm(
+    // Supervised like every long-lived task; `elect` only stops it.
+    let stop = Arc::new(Notify::new());
+    let confirming = confirm(
         reader,
         leadership.clone(),
         timing.confirm_every,
         signals.clone(),
-    ));
-    let abort = confirmer.abort_handle();
-    tasks.spawn("lease confirmer", async move {
-        match confirmer.await {
-            Ok(()) => "returned".to_string(),
-            Err(e) if e.is_cancelled() => "stopped with the election".to_string(),
-            Err(e) => format!(
-                "panicked: {}",
-                crate::supervise::panic_message(e.into_panic().as_ref())
-            ),
+    );
+    let stopped = stop.clone();
+    tasks.add("lease confirmer", async move {
+        tokio::select! {
+            () = confirming => "returned".to_string(),
+            () = stopped.notified() => "stopped with the election".to_string(),
         }
     });
-    tasks.spawn(
+    tasks.add(
         "leader election",
         elect(
             params,
@@ -426,7 +423,7 @@ pub async fn start(
             leadership.clone(),
             metrics,
             signals,
-            abort,
+            stop,
             release_rx,
         ),
     );
@@ -484,7 +481,7 @@ async fn elect(
     leadership: Leadership,
     metrics: Arc<Metrics>,
     signals: Signals,
-    confirmer: tokio::task::AbortHandle,
+    confirmer: Arc<Notify>,
     mut release: oneshot::Receiver<ReleaseRequest>,
 ) {
     let identity = params.identity.as_str();
@@ -508,7 +505,7 @@ async fn elect(
         let ended = tokio::time::timeout(RELEASE_TIMEOUT, task).await;
         match exit {
             Exit::Release(done) => {
-                confirmer.abort();
+                confirmer.notify_one();
                 metrics.leader.set(0);
                 match ended {
                     Ok(Ok(Ok(_))) => tracing::info!(identity, "lease released"),
@@ -528,7 +525,7 @@ async fn elect(
             }
             Exit::ManagerStopped => {
                 // The lease task ended: stop acting rather than guess.
-                confirmer.abort();
+                confirmer.notify_one();
                 leadership.with_claim(|h| h.set_elected(false));
                 metrics.leader.set(0);
                 tracing::error!(identity, "lease manager stopped; acting as follower");

@@ -39,10 +39,10 @@ impl Inbox {
         api: Arc<RecordApi>,
         alerts: AlertRules,
         min_interval: Duration,
-        tasks: &mut crate::supervise::Supervisor,
+        tasks: &mut crate::supervise::Tasks,
     ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tasks.spawn("episode record writer", run(api, rx, min_interval));
+        tasks.add("episode record writer", run(api, rx, min_interval));
         Self { alerts, tx }
     }
 

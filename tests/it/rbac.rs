@@ -289,7 +289,7 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
         lease_duration: Duration::from_secs(3),
         ..LeaderConfig::default()
     };
-    let mut tasks = remedy::supervise::Supervisor::default();
+    let mut tasks = remedy::supervise::Tasks::default();
     let leadership = remedy::daemon::leader::start(
         sa.clone(),
         &cfg,
@@ -299,6 +299,8 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
     )
     .await
     .expect("lease manager as the ServiceAccount");
+    let mut running = remedy::supervise::Supervisor::default();
+    running.start(tasks);
     eventually(
         Duration::from_secs(30),
         "leadership as the ServiceAccount",

@@ -41,6 +41,7 @@ const WORKERS: usize = 4;
 
 mod alerts;
 mod explain;
+pub mod http;
 mod pending;
 mod record;
 mod round;
