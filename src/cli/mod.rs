@@ -10,7 +10,8 @@ mod simulate;
 pub use operate::{CliError, clear, render, status};
 pub use simulate::{ModeArg, SimArgs};
 
-use crate::config::{Config, TlsConfig, Validated};
+use crate::config::{Config, ConfigError, TlsConfig, Validated};
+use crate::daemon::app::ServeError;
 use clap::{Parser, Subcommand};
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
@@ -106,24 +107,42 @@ struct SwitchArgs {
 
 /// How a command failed, and its exit status: 2 for a config or argument
 /// that cannot be used, 1 for a failure while running.
+/// Why a command failed: the exit code (2 for bad input, 1 for the rest),
+/// the failing boundary's stable label (`error[LABEL]: …`, for whoever
+/// matches on it: a log pipeline, a script) and the message.
 struct Failure {
     code: u8,
+    label: &'static str,
     message: String,
 }
 
 impl Failure {
-    fn input(e: impl Display) -> Self {
+    fn input(label: &'static str, e: impl Display) -> Self {
         Self {
             code: 2,
+            label,
             message: e.to_string(),
         }
     }
 
-    fn running(e: impl Display) -> Self {
+    fn running(label: &'static str, e: impl Display) -> Self {
         Self {
             code: 1,
+            label,
             message: e.to_string(),
         }
+    }
+
+    fn config(e: ConfigError) -> Self {
+        Self::input(e.label(), e)
+    }
+
+    fn serve(e: ServeError) -> Self {
+        Self::running(e.label(), e)
+    }
+
+    fn cli(e: CliError) -> Self {
+        Self::running(e.label(), e)
     }
 }
 
@@ -133,7 +152,12 @@ pub fn main() -> ExitCode {
     let cli = parse();
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
-        Err(e) => return exit(Err(Failure::running(format!("cannot start runtime: {e}")))),
+        Err(e) => {
+            return exit(Err(Failure::running(
+                "runtime",
+                format!("cannot start runtime: {e}"),
+            )));
+        }
     };
     // Inside the runtime: the OTLP exporter (feature `otlp`) binds to it.
     let telemetry = {
@@ -142,7 +166,7 @@ pub fn main() -> ExitCode {
     };
     let telemetry = match telemetry {
         Ok(t) => t,
-        Err(e) => return exit(Err(Failure::running(e))),
+        Err(e) => return exit(Err(Failure::running(e.label(), e))),
     };
     let code = exit(run(cli.command, &rt));
     // Outside block_on, with the runtime still up: the exporter needs it.
@@ -188,14 +212,14 @@ fn exit(result: Result<String, Failure>) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(f) => {
-            eprintln!("error: {}", f.message);
+            eprintln!("error[{}]: {}", f.label, f.message);
             ExitCode::from(f.code)
         }
     }
 }
 
 fn load(path: &Path) -> Result<Validated, Failure> {
-    Config::load(path).map_err(Failure::input)
+    Config::load(path).map_err(Failure::config)
 }
 
 fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure> {
@@ -213,7 +237,7 @@ fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure
                 });
             }
             rt.block_on(crate::daemon::app::serve(v))
-                .map_err(Failure::running)?;
+                .map_err(Failure::serve)?;
             Ok(String::new())
         }
         Command::CheckConfig { file } => {
@@ -241,12 +265,13 @@ fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure
             Ok(out)
         }
         Command::Profiles => {
-            serde_yaml_ng::to_string(&crate::model::profile::builtins()).map_err(Failure::running)
+            serde_yaml_ng::to_string(&crate::model::profile::builtins())
+                .map_err(|e| Failure::running("yaml", e))
         }
-        Command::Status { url } => rt.block_on(status(&url)).map_err(Failure::running),
+        Command::Status { url } => rt.block_on(status(&url)).map_err(Failure::cli),
         Command::Explain { target, url } => rt
             .block_on(operate::explain(&url, &target))
-            .map_err(Failure::running),
+            .map_err(Failure::cli),
         Command::Clear {
             target,
             config,
@@ -255,9 +280,9 @@ fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure
         } => {
             let v = load(&config)?;
             rt.block_on(clear(&v, &target, dry_run, require_cleared.as_deref()))
-                .map_err(Failure::running)
+                .map_err(Failure::cli)
         }
-        Command::Simulate(args) => simulate::run(&args).map_err(Failure::input),
+        Command::Simulate(args) => simulate::run(&args).map_err(|e| Failure::input(e.label(), e)),
         Command::Pause { reason, switch } => rt
             .block_on(operate::pause(
                 &switch.namespace,
@@ -265,7 +290,7 @@ fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure
                 Some(&reason),
                 &switch.by,
             ))
-            .map_err(Failure::running),
+            .map_err(Failure::cli),
         Command::Resume { switch } => rt
             .block_on(operate::pause(
                 &switch.namespace,
@@ -273,6 +298,6 @@ fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure
                 None,
                 &switch.by,
             ))
-            .map_err(Failure::running),
+            .map_err(Failure::cli),
     }
 }

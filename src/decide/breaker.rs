@@ -47,16 +47,6 @@ pub enum OpenCause {
     Releases,
 }
 
-impl OpenCause {
-    pub fn label(&self) -> &'static str {
-        match self {
-            Self::Ratio => "ratio",
-            Self::NotFound => "not_found",
-            Self::Releases => "releases",
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BreakerState {
     Closed,
@@ -74,14 +64,6 @@ pub enum BreakerState {
 impl BreakerState {
     pub fn is_open(&self) -> bool {
         !matches!(self, Self::Closed)
-    }
-
-    pub fn label(&self) -> &'static str {
-        match self {
-            Self::Closed => "closed",
-            Self::Open { .. } => "open",
-            Self::Cooling { .. } => "cooling",
-        }
     }
 }
 

@@ -80,16 +80,6 @@ pub enum ClassifyError {
     BadName(String),
 }
 
-impl ClassifyError {
-    pub fn label(&self) -> &'static str {
-        match self {
-            Self::Regex { .. } => "bad_regex",
-            Self::NoMatcher(_) => "no_matcher",
-            Self::BadName(_) => "bad_name",
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 struct Rule {
     name: String,
@@ -661,18 +651,21 @@ mod tests {
     }
 
     #[test]
-    fn bad_rules_are_rejected_with_labels() {
+    fn bad_rules_are_rejected_by_kind() {
         let mut spec = default_rules()[0].clone();
         spec.text = Some("(unclosed".into());
         let e = Classifier::new(&[spec.clone()]).unwrap_err();
-        assert_eq!(e.label(), "bad_regex");
+        assert!(matches!(e, ClassifyError::Regex { .. }), "{e}");
         spec.name = "Bad Name".into();
-        assert_eq!(
-            Classifier::new(&[spec.clone()]).unwrap_err().label(),
-            "bad_name"
-        );
+        assert!(matches!(
+            Classifier::new(&[spec.clone()]),
+            Err(ClassifyError::BadName(_))
+        ));
         spec.name = "ok".into();
         spec.text = None;
-        assert_eq!(Classifier::new(&[spec]).unwrap_err().label(), "no_matcher");
+        assert!(matches!(
+            Classifier::new(&[spec]),
+            Err(ClassifyError::NoMatcher(_))
+        ));
     }
 }

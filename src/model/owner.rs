@@ -41,17 +41,6 @@ pub enum OwnerError {
     Zero,
 }
 
-impl OwnerError {
-    pub fn label(&self) -> &'static str {
-        match self {
-            Self::NotOne => "not_one",
-            Self::BadLabel(_) => "bad_label",
-            Self::BadField(_) => "bad_field",
-            Self::Zero => "zero",
-        }
-    }
-}
-
 impl PerOwner {
     pub fn validate(&self) -> Result<(), OwnerError> {
         match (&self.label, &self.field) {

@@ -364,19 +364,6 @@ pub enum ProfileError {
     },
 }
 
-impl ProfileError {
-    pub fn label(&self) -> &'static str {
-        match self {
-            Self::Empty { .. } => "empty_field",
-            Self::BadPointer { .. } => "bad_pointer",
-            Self::NotStatus { .. } => "not_status",
-            Self::UnknownBuiltin(_) => "unknown_builtin",
-            Self::BadHold { .. } => "bad_hold",
-            Self::BadSelector { .. } => "bad_selector",
-        }
-    }
-}
-
 impl Profile {
     pub fn plural(&self) -> String {
         self.plural
@@ -1586,7 +1573,7 @@ mod tests {
         let mut p = builtin("capi-machine").unwrap();
         p.label_selector = Some("env in (a".into());
         let e = p.validate().unwrap_err();
-        assert_eq!(e.label(), "bad_selector");
+        assert!(matches!(e, ProfileError::BadSelector { .. }), "{e}");
         assert!(e.to_string().contains("label_selector"), "{e}");
     }
 
