@@ -264,10 +264,8 @@ fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure
             }
             Ok(out)
         }
-        Command::Profiles => {
-            serde_yaml_ng::to_string(&crate::model::profile::builtins())
-                .map_err(|e| Failure::running("yaml", e))
-        }
+        Command::Profiles => serde_yaml_ng::to_string(&crate::model::profile::builtins())
+            .map_err(|e| Failure::running("yaml", e)),
         Command::Status { url } => rt.block_on(status(&url)).map_err(Failure::cli),
         Command::Explain { target, url } => rt
             .block_on(operate::explain(&url, &target))

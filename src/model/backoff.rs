@@ -318,7 +318,10 @@ mod tests {
         assert!(matches!(p.validate(), Err(BackoffError::ZeroBase)));
         p = brupop();
         p.cap = Duration::from_secs(1);
-        assert!(matches!(p.validate(), Err(BackoffError::CapBelowBase { .. })));
+        assert!(matches!(
+            p.validate(),
+            Err(BackoffError::CapBelowBase { .. })
+        ));
         p = brupop();
         p.jitter = 1.5;
         assert!(matches!(p.validate(), Err(BackoffError::Jitter(_))));

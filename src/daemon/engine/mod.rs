@@ -13,7 +13,7 @@ pub use crate::decide::episodes::Episode;
 use crate::decide::episodes::{Book, EPISODE_TTL, MAX_EPISODES, Refusal};
 use crate::decide::recovery;
 use crate::decide::retry::Retries;
-use crate::decide::{ALERT_PREFIX, Action, Context, Core, CoreConfig, Fact, Failing, Pause};
+use crate::decide::{ALERT_PREFIX, Action, Context, Core, CoreConfig, Fact};
 use crate::metrics::{EpisodeLabels, KindReasonLabels, Metrics, ScopeLabels};
 use crate::model::classify::Verdict;
 use crate::model::profile::{HELD_WITH_LABEL, HoldMark, Profile};
@@ -34,9 +34,6 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 pub use crate::decide::BREAKER_REASON;
-/// The classification rule for throttling (429s, rate limits): a release
-/// answered with it slows the release pace down.
-const THROTTLED: &str = "throttled";
 const WORKERS: usize = 4;
 
 mod alerts;

@@ -2,6 +2,7 @@
 //! for the decision core (`decide`), its goals queued for the workers.
 
 use super::*;
+use crate::decide::facts;
 
 /// Waiting reason of a resource whose goal failed and waits its backoff.
 const RETRY: &str = "retry";
@@ -90,32 +91,15 @@ impl Engine {
             // remediated object whose controller has not reconciled yet)
             // are not a new failure: they neither feed the breaker nor hold.
             let fresh = e.signals_count(self.controller_grace);
-            let failing = match &e.verdict {
-                _ if !fresh => Failing::No,
-                Verdict::Transient { reason } if reason == THROTTLED => Failing::Throttled,
-                Verdict::Transient { .. } => Failing::Transient,
-                Verdict::Terminal {
-                    not_found: true, ..
-                } => Failing::NotFound,
-                _ => Failing::No,
-            };
-            let pause = match &e.view.pause {
-                PauseState::NotPaused => Pause::No,
-                PauseState::Foreign => Pause::Foreign,
-                PauseState::Ours { reason, .. } => Pause::from_reason(reason.as_deref()),
-            };
+            let failing = facts::failing(&e.verdict, fresh);
+            let pause = facts::pause(&e.view.pause);
             let profile: Option<&Profile> = profiles.get(e.profile);
             // The profile's controller rule if it names one (brupop).
             let backoff = backoff.effective(profile.and_then(|p| p.backoff));
-            // Counters older than the quiet window no longer count.
-            let crashes = if backoff.is_stale(e.view.failure_time, wall) {
-                0
-            } else {
-                e.view.crash_count.unwrap_or(0)
-            };
-            // remedy's own wait: none under a controller's rule (brupop),
-            // whose wait a verified remediation exists to spare.
-            let backoff_remaining = backoff.wait(crashes, e.view.failure_time, wall);
+            let facts::Retry {
+                crash_count: crashes,
+                remaining: backoff_remaining,
+            } = facts::retry(backoff, e.view.crash_count, e.view.failure_time, wall);
             let owner: Option<Arc<str>> = per_owner
                 .as_ref()
                 .and_then(|p| p.of(key, &e.view))

@@ -239,11 +239,12 @@ pub fn zone_name(z: u32) -> String {
 pub fn fact(backoff: &BackoffPolicy, domain: Arc<str>, f: &SimFact, now: Ms) -> Fact {
     let at = wall(now);
     let failure_time = f.failure_time.map(wall);
-    let crashes = if backoff.is_stale(failure_time, at) {
-        0
-    } else {
-        f.crash_count
-    };
+    let retry = crate::decide::facts::retry(
+        backoff.effective(None),
+        Some(f.crash_count),
+        failure_time,
+        at,
+    );
     Fact {
         domain,
         pause: if f.paused { Pause::Breaker } else { Pause::No },
@@ -256,8 +257,8 @@ pub fn fact(backoff: &BackoffPolicy, domain: Arc<str>, f: &SimFact, now: Ms) -> 
         deleting: false,
         planned: false,
         holdable: true,
-        crash_count: crashes,
-        backoff_remaining: backoff.remaining(crashes, failure_time, at),
+        crash_count: retry.crash_count,
+        backoff_remaining: retry.remaining,
         firing: None,
         verified: false,
         has_work: true,
