@@ -2,6 +2,7 @@
 //! `testenv/build.sh`), shared by the tests of one test binary, plus helpers
 //! to run the real `remedy` binary against it.
 
+pub mod brupop;
 pub mod capi;
 pub mod capo;
 pub mod node;
