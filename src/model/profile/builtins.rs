@@ -1,0 +1,212 @@
+//! The built-in profiles: CAPI Machine and Cluster, CAPO's OpenStackMachine
+//! and OpenStackServer, CAPA's AWSMachine, CAPZ's AzureMachine and brupop's
+//! BottlerocketShadow, with the upstream facts each setting rests on.
+
+use super::{
+    CAPI_PAUSED, CAPI_SKIP_REMEDIATION, FieldPaths, HoldSpec, IgnoreConditions, Profile,
+    ProfileError, RemediationSpec, ResetField,
+};
+use serde_json::Value;
+
+fn paths(ps: &[&str]) -> Vec<String> {
+    ps.iter().map(|s| s.to_string()).collect()
+}
+
+/// CAPI-style failure fields in both status layouts.
+pub(super) fn capi_fields(state: &[&str]) -> FieldPaths {
+    FieldPaths {
+        failure_reason: paths(&[
+            "/status/failureReason",
+            "/status/deprecated/v1beta1/failureReason",
+        ]),
+        failure_message: paths(&[
+            "/status/failureMessage",
+            "/status/deprecated/v1beta1/failureMessage",
+        ]),
+        conditions: paths(&["/status/conditions"]),
+        state: paths(state),
+        ..FieldPaths::default()
+    }
+}
+
+fn capi_clear() -> Vec<String> {
+    paths(&[
+        "/status/failureReason",
+        "/status/failureMessage",
+        "/status/deprecated/v1beta1/failureReason",
+        "/status/deprecated/v1beta1/failureMessage",
+    ])
+}
+
+fn capi_profile(name: &str, group: &str, version: &str, kind: &str, state: &[&str]) -> Profile {
+    Profile {
+        name: name.into(),
+        group: group.into(),
+        version: version.into(),
+        kind: kind.into(),
+        plural: None,
+        fields: capi_fields(state),
+        terminal_states: Vec::new(),
+        unknown_conditions: Vec::new(),
+        ignore_conditions: IgnoreConditions::default(),
+        hold: Some(HoldSpec::marked(CAPI_PAUSED)),
+        remediation: RemediationSpec {
+            clear_status: capi_clear(),
+            ..RemediationSpec::default()
+        },
+        label_selector: None,
+        backoff: None,
+    }
+}
+
+const INFRA: &str = "infrastructure.cluster.x-k8s.io";
+
+/// The built-in profiles, in a stable order.
+pub fn builtins() -> Vec<Profile> {
+    let mut machine = capi_profile(
+        "capi-machine",
+        "cluster.x-k8s.io",
+        "v1beta1",
+        "Machine",
+        &["/status/phase"],
+    );
+    machine.remediation.skip_remediation_annotation = Some(CAPI_SKIP_REMEDIATION.into());
+    // The MachineHealthCheck's verdicts and the MachineSet's answer to them
+    // (CAPI v1.12 api/core/v1beta2: machine_types.go, v1beta1_condition_consts.go):
+    // about the Node, not the cloud API; the MHC acts on them itself.
+    machine.ignore_conditions = IgnoreConditions {
+        types: paths(&["HealthCheckSucceeded", "OwnerRemediated"]),
+        reasons: paths(&[
+            "NodeStartupTimeout",
+            "UnhealthyNode",
+            "UnhealthyMachine",
+            "NodeDeleted",
+            "HasRemediateAnnotation",
+            "HasRemediateMachineAnnotation",
+            "WaitingForRemediation",
+            "RemediationInProgress",
+            "RemediationFailed",
+            "ExternalRemediationTemplateNotFound",
+            "ExternalRemediationRequestCreationFailed",
+            "TooManyUnhealthy",
+        ]),
+    };
+    if let Some(h) = machine.hold.as_mut() {
+        // The MachineSet deletes such a Machine whatever its pause
+        // (`collections.IsUnhealthyAndOwnerRemediated`; tests/it/capi_mhc.rs).
+        h.not_while = paths(&["OwnerRemediated"]);
+    }
+    let cluster = capi_profile(
+        "capi-cluster",
+        "cluster.x-k8s.io",
+        "v1beta1",
+        "Cluster",
+        &["/status/phase"],
+    );
+    let mut openstack = capi_profile(
+        "openstack-machine",
+        INFRA,
+        "v1beta1",
+        "OpenStackMachine",
+        &["/status/instanceState"],
+    );
+    openstack.terminal_states = vec!["ERROR".into()];
+    // CAPO v0.11+: the OpenStackServer is what calls Nova and Neutron. Its
+    // controller (v0.14 controllers/openstackserver_controller.go) honours
+    // cluster.x-k8s.io/paused on itself, sets instanceState ERROR with
+    // InstanceReady False/InstanceCreateFailed and the error text when a
+    // create call fails, and then never reconciles it again; with the state
+    // gone it creates the server anew. It has no failure fields.
+    let server = Profile {
+        name: "openstack-server".into(),
+        group: INFRA.into(),
+        version: "v1alpha1".into(),
+        kind: "OpenStackServer".into(),
+        plural: None,
+        fields: FieldPaths {
+            conditions: paths(&["/status/conditions"]),
+            state: paths(&["/status/instanceState"]),
+            failure_domain: paths(&["/spec/availabilityZone"]),
+            ..FieldPaths::default()
+        },
+        terminal_states: vec!["ERROR".into()],
+        unknown_conditions: Vec::new(),
+        ignore_conditions: IgnoreConditions::default(),
+        hold: Some(HoldSpec {
+            with_owner: Some("OpenStackMachine".into()),
+            ..HoldSpec::marked(CAPI_PAUSED)
+        }),
+        remediation: RemediationSpec {
+            clear_status: paths(&["/status/instanceState"]),
+            keep_if_set: paths(&["/status/instanceID"]),
+            ..RemediationSpec::default()
+        },
+        label_selector: None,
+        backoff: None,
+    };
+    let mut aws = capi_profile(
+        "aws-machine",
+        INFRA,
+        "v1beta2",
+        "AWSMachine",
+        &["/status/instanceState"],
+    );
+    aws.terminal_states = vec!["terminated".into()];
+    // findInstance: any DescribeInstances error, throttling included, is
+    // only ever reported here (v2.13 controllers/awsmachine_controller.go).
+    aws.unknown_conditions = vec!["InstanceReady".into()];
+    let azure = capi_profile(
+        "azure-machine",
+        INFRA,
+        "v1beta1",
+        "AzureMachine",
+        &["/status/vmState"],
+    );
+    let bottlerocket = Profile {
+        name: "bottlerocket-shadow".into(),
+        group: "brupop.bottlerocket.aws".into(),
+        version: "v2".into(),
+        kind: "BottlerocketShadow".into(),
+        plural: None,
+        fields: FieldPaths {
+            state: paths(&["/status/current_state"]),
+            crash_count: paths(&["/status/crash_count"]),
+            failure_time: paths(&["/status/state_transition_failure_timestamp"]),
+            ..FieldPaths::default()
+        },
+        terminal_states: Vec::new(),
+        unknown_conditions: Vec::new(),
+        ignore_conditions: IgnoreConditions::default(),
+        // brupop has no pause switch: its own backoff applies, remedy only
+        // resets counters once the outage is over.
+        hold: None,
+        remediation: RemediationSpec {
+            clear_status: paths(&["/status/state_transition_failure_timestamp"]),
+            reset_status: vec![ResetField {
+                path: "/status/crash_count".into(),
+                value: Value::from(0),
+            }],
+            ..RemediationSpec::default()
+        },
+        label_selector: None,
+        // brupop retries by its own rule; what remedy exports is that rule,
+        // not the configured backoff.
+        backoff: Some(crate::model::backoff::BackoffModel::Brupop),
+    };
+    vec![
+        machine,
+        cluster,
+        openstack,
+        server,
+        aws,
+        azure,
+        bottlerocket,
+    ]
+}
+
+pub fn builtin(name: &str) -> Result<Profile, ProfileError> {
+    builtins()
+        .into_iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| ProfileError::UnknownBuiltin(name.to_string()))
+}
