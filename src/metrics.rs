@@ -371,7 +371,7 @@ impl Known {
         let mut kinds: Vec<String> = profiles.iter().map(|p| p.kind.clone()).collect();
         kinds.sort();
         kinds.dedup();
-        // Alertmanager is only queried alongside Prometheus (verify.rs).
+        // Alertmanager is only queried alongside Prometheus (signals::verify).
         let mut signal_targets = Vec::new();
         if cfg.signals.prometheus_url.is_some() {
             signal_targets.push(values::PROMETHEUS);
