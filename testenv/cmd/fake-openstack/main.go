@@ -5,7 +5,7 @@
 // Layout (one listener):
 //
 //	/identity/            Keystone: GET versions, GET /v3, POST and GET /v3/auth/tokens
-//	/compute/v2.1/        Nova: flavors, servers (BUILD→ACTIVE or ERROR), AZs, server groups
+//	/compute/v2.1/        Nova: flavors, servers (BUILD→ACTIVE or ERROR, or stuck in BUILD), AZs, server groups
 //	/network/v2.0/        Neutron: networks, subnets, ports, security groups, trunks, tags
 //	/image/v2/            Glance: images
 //	/metrics              every call counted by service, method and status
@@ -68,6 +68,12 @@ type Faults struct {
 	// ACTIVE with this probability (0 = never).
 	ServerError     float64 `json:"server_error,omitempty"`
 	ServerErrorZone string  `json:"server_error_zone,omitempty"`
+	// Servers created in ServerBuildStuckZone ("" = any) while this is
+	// set stay in BUILD as long as it stays set, whatever their build
+	// time; once it is cleared they show their fate (a slow Nova build
+	// that the test ends).
+	ServerBuildStuck     bool   `json:"server_build_stuck,omitempty"`
+	ServerBuildStuckZone string `json:"server_build_stuck_zone,omitempty"`
 	// Every compute, network and image call answers 404, as when the
 	// credentials name another project.
 	WrongProject bool `json:"wrong_project,omitempty"`
@@ -79,6 +85,7 @@ type server struct {
 	body    obj
 	created time.Time
 	fate    string // ACTIVE or ERROR once built
+	stuck   bool   // created under ServerBuildStuck
 }
 
 type fake struct {
@@ -431,7 +438,7 @@ func (f *fake) view(s *server) obj {
 		out[k] = v
 	}
 	status := "BUILD"
-	if time.Since(s.created) >= f.build {
+	if time.Since(s.created) >= f.build && !(s.stuck && f.faults.ServerBuildStuck) {
 		status = s.fate
 	}
 	out["status"] = status
@@ -493,7 +500,8 @@ func (f *fake) servers_(w http.ResponseWriter, r *http.Request, c *call) {
 		if tags == nil {
 			tags = []any{}
 		}
-		f.servers[id] = &server{created: time.Now(), fate: fate, body: obj{
+		stuck := f.faults.ServerBuildStuck && (f.faults.ServerBuildStuckZone == "" || f.faults.ServerBuildStuckZone == zone)
+		f.servers[id] = &server{created: time.Now(), fate: fate, stuck: stuck, body: obj{
 			"id": id, "name": req["name"], "tenant_id": ProjectID, "user_id": "u-capo",
 			"hostId": "fakehost", "created": now, "updated": now, "addresses": addresses,
 			"metadata": metadata, "tags": tags, "key_name": req["key_name"],

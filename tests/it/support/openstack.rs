@@ -255,6 +255,17 @@ impl FakeOpenstack {
         parse_metrics(&text)
     }
 
+    /// Calls about one server (`/compute/v2.1/servers/{id}…`), from the
+    /// fake's request log: `/metrics` counts by resource, not by server.
+    pub fn server_calls(&self, id: &str) -> usize {
+        let path = format!("/compute/v2.1/servers/{id}");
+        self.proc
+            .log()
+            .lines()
+            .filter(|l| l.contains(&path))
+            .count()
+    }
+
     pub async fn state(&self) -> Value {
         self.http
             .get(format!("{}/admin/state", self.base))
