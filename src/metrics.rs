@@ -89,6 +89,12 @@ pub struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindResultLabels {
+    pub kind: String,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindStateLabels {
     pub kind: String,
     pub state: &'static str,
@@ -314,6 +320,8 @@ pub mod values {
         "unrecorded",
     ];
     pub const SIGNAL_RESULTS: &[&str] = &["ok", "error", "timeout", "malformed"];
+    /// What remedy did about a reset a stale write undid.
+    pub const OVERWRITE_RESULTS: &[&str] = &["reapplied", "gave_up", "not_reapplied"];
     pub const WATCH_TYPES: &[&str] = &[
         "init",
         "init_apply",
@@ -414,6 +422,7 @@ pub struct Metrics {
     pub watch_events: Family<WatchLabels, Counter>,
     pub watch_synced: Family<KindLabels, Gauge>,
     pub releases: Family<KindLabels, Counter>,
+    pub resets_overwritten: Family<KindResultLabels, Counter>,
     pub series_dropped: Counter,
     pub leader: Gauge,
     pub ready: Gauge,
@@ -461,6 +470,7 @@ impl Metrics {
             watch_events: Family::default(),
             watch_synced: Family::default(),
             releases: Family::default(),
+            resets_overwritten: Family::default(),
             series_dropped: Counter::default(),
             leader: Gauge::default(),
             ready: Gauge::default(),
@@ -567,6 +577,11 @@ impl Metrics {
             "remedy_releases",
             "Held resources released",
             m.releases.clone(),
+        );
+        r.register(
+            "remedy_resets_overwritten",
+            "Resets remedy wrote that a stale write undid (the old crash count and failure time back), and what remedy did",
+            m.resets_overwritten.clone(),
         );
         r.register(
             "remedy_resource_series_dropped",
@@ -718,6 +733,14 @@ impl Metrics {
             self.releases
                 .get_or_create(&KindLabels { kind: kind.clone() })
                 .inc_by(0);
+            for &result in values::OVERWRITE_RESULTS {
+                self.resets_overwritten
+                    .get_or_create(&KindResultLabels {
+                        kind: kind.clone(),
+                        result,
+                    })
+                    .inc_by(0);
+            }
         }
         for alert in &known.alerts {
             for &reason in REFUSALS {
@@ -1268,6 +1291,10 @@ mod tests {
             ("remedy_watch_events_total", values::WATCH_TYPES.to_vec()),
             ("remedy_episodes_refused_total", values::REFUSALS.to_vec()),
             ("remedy_tls_reloads_total", values::TLS_RELOADS.to_vec()),
+            (
+                "remedy_resets_overwritten_total",
+                values::OVERWRITE_RESULTS.to_vec(),
+            ),
             (
                 "remedy_episode_record_writes_total",
                 [values::RECORD_WRITERS, values::RECORD_RESULTS].concat(),

@@ -419,6 +419,25 @@ impl Executor {
     }
 
     /// A Warning Event on the object; like every Event, a report only.
+    /// A Warning Event on the object `key` names, fetched for its
+    /// reference; an object gone or unreadable gets none (logged).
+    pub async fn warn_on(
+        &self,
+        profile: &Profile,
+        key: &ResourceKey,
+        reason: &str,
+        note: &str,
+        action: &str,
+    ) {
+        match self.api(profile, key).get_opt(&key.name).await {
+            Ok(Some(obj)) => self.warn(profile, &obj, reason, note, action).await,
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(resource = %key, error = %e, reason, "could not read the object for its Event")
+            }
+        }
+    }
+
     async fn warn(
         &self,
         profile: &Profile,

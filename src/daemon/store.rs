@@ -3,15 +3,17 @@
 //! fleet costs O(1) per event).
 
 use crate::daemon::authorship::{Author, OwnWrites};
+use crate::decide::resets::{Counters, Resets, Undone};
 use crate::metrics::{ErrorLabels, KindLabels, KindStateLabels, Metrics};
 use crate::model::backoff::BackoffPolicy;
 use crate::model::classify::{Classifier, Verdict};
 use crate::model::profile::Profile;
 use crate::model::view::{PauseState, ResourceKey, ResourceView};
-use crate::sync::RwLockExt;
+use crate::sync::{LockExt, RwLockExt};
 use kube::api::DynamicObject;
 use std::collections::{HashMap, HashSet};
 use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -70,6 +72,15 @@ pub struct Store {
     kinds: Vec<Arc<str>>,
     namespaces: Mutex<HashSet<Arc<str>>>,
     own: Arc<OwnWrites>,
+    /// Resets remedy wrote, watched for a stale write that undoes them
+    /// (`decide::resets`); every applied version goes past them.
+    resets: Mutex<Resets<ResourceKey>>,
+    /// Whether `resets` watches anything: the lock is skipped when not.
+    watching: AtomicBool,
+    /// Undoings seen since the engine last took them.
+    undone: Mutex<Vec<(ResourceKey, Undone)>>,
+    /// The clock of `resets`.
+    origin: Instant,
 }
 
 impl Store {
@@ -114,7 +125,39 @@ impl Store {
             backoff,
             metrics,
             inner: RwLock::new(Inner::default()),
+            resets: Mutex::default(),
+            watching: AtomicBool::new(false),
+            undone: Mutex::default(),
+            origin: Instant::now(),
         }
+    }
+
+    /// A reset of `key` is about to be written: watch for a stale write
+    /// undoing it, from the counters the store shows now.
+    pub fn expect_reset(&self, key: &ResourceKey) {
+        let Some(before) = self.get(key).map(|e| counters(&e.view)) else {
+            return;
+        };
+        let mut r = self.resets.locked();
+        r.expect(key.clone(), before, self.origin.elapsed());
+        self.watching.store(!r.is_empty(), Ordering::Relaxed);
+    }
+
+    /// The reset of `key` was not written after all.
+    pub fn forget_reset(&self, key: &ResourceKey) {
+        let mut r = self.resets.locked();
+        r.forget(key);
+        self.watching.store(!r.is_empty(), Ordering::Relaxed);
+    }
+
+    /// Resets undone by a stale write since the last call.
+    pub fn take_undone(&self) -> Vec<(ResourceKey, Undone)> {
+        {
+            let mut r = self.resets.locked();
+            r.expire(self.origin.elapsed());
+            self.watching.store(!r.is_empty(), Ordering::Relaxed);
+        }
+        std::mem::take(&mut *self.undone.locked())
     }
 
     pub fn profiles(&self) -> &[Profile] {
@@ -197,6 +240,17 @@ impl Store {
             Author::Remedy { at } => Some(at),
             Author::Other => None,
         };
+        if self.watching.load(Ordering::Relaxed) {
+            let undone = self.resets.locked().observe(
+                &key,
+                counters(&projection.view),
+                own_write.is_some(),
+                self.origin.elapsed(),
+            );
+            if let Some(u) = undone {
+                self.undone.locked().push((key.clone(), u));
+            }
+        }
         self.upsert(
             key.clone(),
             Entry {
@@ -379,6 +433,14 @@ impl Store {
                 reason: reason.clone(),
             })
             .inc();
+    }
+}
+
+/// A view's failure counters, as `decide::resets` compares them.
+fn counters(view: &ResourceView) -> Counters {
+    Counters {
+        crash_count: view.crash_count,
+        failure_time: view.failure_time,
     }
 }
 

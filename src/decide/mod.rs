@@ -13,6 +13,7 @@ pub mod facts;
 pub mod pace;
 pub mod recovery;
 pub mod release;
+pub mod resets;
 pub mod retry;
 
 use crate::config::{BreakerConfig, BudgetConfig};

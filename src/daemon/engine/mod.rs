@@ -72,6 +72,9 @@ struct State {
     /// `remedy_apiserver_throttled_total` as last seen and when it last
     /// moved (engine clock): notes wait out [`NOTE_QUIET`] after a 429.
     throttled_seen: (u64, Option<Duration>),
+    /// Resets a stale write undid, about to be applied again: the worker
+    /// says so in a Warning Event on the object.
+    overwritten: HashMap<ResourceKey, u32>,
 }
 
 pub struct Engine {
@@ -143,6 +146,7 @@ impl Engine {
                     NOTE_BURST,
                 ),
                 throttled_seen: (0, None),
+                overwritten: HashMap::new(),
             }),
             pending: Pending::default(),
             recovery: Mutex::new(recovery::Schedule::default()),
@@ -335,16 +339,48 @@ impl Engine {
                 .get(&key)
                 .and_then(|e| self.store.profiles().get(e.profile).cloned());
             if let Some(profile) = profile {
+                // A reset is watched for a stale write that undoes it
+                // (brupop's agent): from before it is written.
+                let resets = goal == Goal::Remediate && profile.has_native_counter();
+                if resets {
+                    self.store.expect_reset(&key);
+                }
+                let again = self.state.locked().overwritten.remove(&key);
+                if let Some(n) = again.filter(|_| goal == Goal::Remediate) {
+                    self.executor
+                        .warn_on(
+                            &profile,
+                            &key,
+                            "ResetOverwritten",
+                            &format!(
+                                "a stale status write undid remedy's reset (the old crash count and failure time came back): reset again ({n} of {})",
+                                crate::decide::resets::MAX_REAPPLY
+                            ),
+                            "reset_counters",
+                        )
+                        .await;
+                }
                 let span = tracing::info_span!("goal", resource = %key, goal = goal.label(), trace_id = tracing::field::Empty);
                 crate::daemon::telemetry::record_trace_id(&span);
-                match self
+                let result = self
                     .executor
                     .run(&profile, &key, &goal)
                     .instrument(span)
-                    .await
-                {
+                    .await;
+                // Watched only if it really wrote the reset.
+                let wrote_reset = !self.dry_run
+                    && result.as_ref().is_ok_and(|out| {
+                        out.steps
+                            .iter()
+                            .any(|s| matches!(s, Step::ResetCounters | Step::ClearFailure))
+                    });
+                if resets && !wrote_reset {
+                    self.store.forget_reset(&key);
+                }
+                match result {
                     Ok(out) => {
                         tracing::debug!(steps = ?out.steps, done = out.done.label(), gone = out.gone, "goal finished");
+
                         {
                             let mut st = self.state.locked();
                             st.retries.succeeded(&key);

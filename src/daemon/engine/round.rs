@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::decide::facts;
+use crate::decide::resets::Undone;
 
 /// Waiting reason of a resource whose goal failed and waits its backoff.
 const RETRY: &str = "retry";
@@ -249,6 +250,36 @@ impl Engine {
                 &dropped,
                 "pause switch set: queued goals dropped",
             );
+        }
+        // Resets a stale write undid (brupop's agent): reset again, at
+        // most `MAX_REAPPLY` times, each counted and said in an Event.
+        for (key, undone) in self.store.take_undone() {
+            let result = match undone {
+                Undone::Reapply(_) if !leader || paused => {
+                    tracing::warn!(resource = %key, "a stale write undid remedy's reset; not reset again: remedy is paused or no longer leads");
+                    "not_reapplied"
+                }
+                Undone::Reapply(n) => {
+                    // Refused only while a goal for it is queued or running:
+                    // that one reads the object afresh.
+                    if self.pending.offer(key.clone(), Goal::Remediate) {
+                        st.overwritten.insert(key.clone(), n);
+                    }
+                    tracing::warn!(resource = %key, time = n, "a stale write undid remedy's reset: resetting again");
+                    "reapplied"
+                }
+                Undone::GaveUp => {
+                    tracing::warn!(resource = %key, times = crate::decide::resets::MAX_REAPPLY, "a stale write undid remedy's reset again: left to the controller's own backoff");
+                    "gave_up"
+                }
+            };
+            self.metrics
+                .resets_overwritten
+                .get_or_create(&crate::metrics::KindResultLabels {
+                    kind: key.kind.to_string(),
+                    result,
+                })
+                .inc();
         }
         if leader && !paused {
             for hold in d.holds {
