@@ -648,6 +648,18 @@ mod tests {
         assert_eq!(done, Done::Complete);
         let body = patch(&p, &failed, &Goal::Release, Step::ClearFailure);
         assert_eq!(body["status"], json!({"instanceState": null}));
+        // Its stale InstanceCreateFailed condition goes with it.
+        let with_condition = held(
+            &p,
+            &server(json!({"instanceState": "ERROR", "conditions": [
+                {"type": "InstanceReady", "status": "False", "reason": "InstanceCreateFailed", "message": "got 503 instead"}
+            ]})),
+        );
+        let body = patch(&p, &with_condition, &Goal::Release, Step::ClearFailure);
+        assert_eq!(
+            body["status"],
+            json!({"instanceState": null, "conditions": null})
+        );
         for goal in [Goal::Release, Goal::Remediate] {
             let real = held(
                 &p,

@@ -137,7 +137,11 @@ pub fn builtins() -> Vec<Profile> {
             ..HoldSpec::marked(CAPI_PAUSED)
         }),
         remediation: RemediationSpec {
-            clear_status: paths(&["/status/instanceState"]),
+            // The conditions too: CAPO v0.14 rewrites InstanceReady only on
+            // ACTIVE, ERROR or DELETED, so the old 503 would stay on the new
+            // server while it builds and read as a fresh failure
+            // (tests/it/capo_real.rs). CAPO sets them again itself.
+            clear_status: paths(&["/status/instanceState", "/status/conditions"]),
             keep_if_set: paths(&["/status/instanceID"]),
             ..RemediationSpec::default()
         },
