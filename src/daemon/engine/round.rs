@@ -3,7 +3,9 @@
 
 use super::*;
 use crate::decide::facts;
+use crate::decide::release::WaitReason;
 use crate::decide::resets::Undone;
+use crate::decide::{BreakerState, Decisions, HoldOrder};
 
 /// Waiting reason of a resource whose goal failed and waits its backoff.
 const RETRY: &str = "retry";
@@ -23,7 +25,56 @@ impl Engine {
         let st = &mut *st;
         st.episodes.prune(wall);
         self.fix_targets(st);
+        let paused = self.paused();
+        let seen = self.facts(st, now, wall, external, leader, paused);
+        let Decisions {
+            holds,
+            actions,
+            waiting: lined,
+            settling,
+            changed,
+            resumed,
+        } = seen.decisions;
+        self.export_breakers(st, &changed, &resumed);
+        self.cancel_opened(st, &changed);
+        let mut waiting = Waiting::default();
+        self.settle(st, &settling, &seen.known, wall, &mut waiting);
+        if leader && paused {
+            // The pause switch: queued goals go back to waiting, and nothing
+            // new is queued; what is held stays held.
+            let dropped = self.pending.cancel(|_, _| true);
+            forget_dropped(
+                &mut st.planned_at_rv,
+                &dropped,
+                "pause switch set: queued goals dropped",
+            );
+        }
+        self.reapply_undone(st, leader && !paused);
+        if leader && !paused {
+            self.enqueue(st, holds, actions, wall);
+        }
+        self.line_up(st, lined, &seen.held_now, leader, now, &mut waiting);
+        self.pace_notes(st, &seen.held_now, &waiting, leader && !paused, now);
+        // Drop plan markers the watch has caught up with.
+        let store = &self.store;
+        st.planned_at_rv
+            .retain(|k, rv| store.get(k).is_some_and(|e| e.view.resource_version == *rv));
+        st.retries.retain(|k| store.get(k).is_some());
+        self.export_waiting(&waiting);
+        self.write_report(st, now, leader, seen.held_keys, waiting.by_key);
+    }
 
+    /// The store's objects as facts for the decision core, and what the
+    /// core decided from them.
+    fn facts(
+        &self,
+        st: &mut State,
+        now: Duration,
+        wall: DateTime<Utc>,
+        external: Option<f64>,
+        leader: bool,
+        paused: bool,
+    ) -> Seen {
         let profiles = self.store.profiles();
         let backoff = self.store.backoff();
         // Firing scopes that select more than their alert's cap hold
@@ -46,11 +97,11 @@ impl Engine {
             .filter(|(_, e)| e.remediates())
             .map(|(s, _)| s)
             .collect();
-        let known: HashSet<&str> = st
+        let known: HashSet<String> = st
             .episodes
             .map()
             .keys()
-            .map(|s| s.alertname.as_str())
+            .map(|s| s.alertname.clone())
             .collect();
         let episodes = &st.episodes;
         let planned = &st.planned_at_rv;
@@ -165,22 +216,37 @@ impl Engine {
             );
         });
         let synced = self.streams.iter().all(|s| self.store.is_synced(s));
-        let paused = self.paused();
-        let d = t.finish(Context {
+        let decisions = t.finish(Context {
             leader,
             paused,
             synced,
             external,
         });
+        held_keys.sort();
+        Seen {
+            decisions,
+            held_now,
+            held_keys,
+            known,
+        }
+    }
 
-        for (domain, held) in &d.resumed {
+    /// Logs the breakers that changed or resumed, and exports each
+    /// domain's breaker and release pace.
+    fn export_breakers(
+        &self,
+        st: &State,
+        changed: &[(Arc<str>, BreakerState, BreakerState)],
+        resumed: &[(Arc<str>, usize)],
+    ) {
+        for (domain, held) in resumed {
             tracing::info!(
                 held,
                 %domain,
                 "leading with breaker holds: breaker resumed open, cooldown runs from now"
             );
         }
-        for (domain, before, after) in &d.changed {
+        for (domain, before, after) in changed {
             tracing::warn!(%domain, open = after.is_open(), ?before, state = ?after, "outage breaker changed");
         }
         let scope = st.core.domain_by().label();
@@ -198,11 +264,12 @@ impl Engine {
                 .get_or_create(&labels)
                 .set(st.core.release_rate(domain));
         }
-        let breaker_open = st.core.breakers().any_open();
-        // Releases and remediations queued before a breaker opened would
-        // unpause into the outage: they go back to waiting.
-        let opened: HashSet<&str> = d
-            .changed
+    }
+
+    /// Releases and remediations queued before a breaker opened would
+    /// unpause into the outage: they go back to waiting.
+    fn cancel_opened(&self, st: &mut State, changed: &[(Arc<str>, BreakerState, BreakerState)]) {
+        let opened: HashSet<&str> = changed
             .iter()
             .filter(|(_, _, after)| after.is_open())
             .map(|(domain, _, _)| domain.as_ref())
@@ -222,40 +289,37 @@ impl Engine {
                 "outage breaker opened: queued releases cancelled",
             );
         }
+    }
 
-        let mut waiting_counts: HashMap<(String, &'static str), i64> = HashMap::new();
-        let mut waiting = BTreeMap::new();
-        // Held for an alert that is not verified cleared yet. If this
-        // process never saw its episode (restart, leader change), verify it
-        // before releasing.
+    /// Held for an alert that is not verified cleared yet. If this process
+    /// never saw its episode (restart, leader change), verify it before
+    /// releasing.
+    fn settle(
+        &self,
+        st: &mut State,
+        settling: &[(ResourceKey, Box<str>)],
+        known: &HashSet<String>,
+        wall: DateTime<Utc>,
+        waiting: &mut Waiting,
+    ) {
         let mut recovered = Vec::new();
-        for (key, alert) in &d.settling {
+        for (key, alert) in settling {
             if !known.contains(alert.as_ref()) {
                 recovered.push(Scope::recovered(alert, &key.kind));
             }
-            *waiting_counts
-                .entry((key.kind.to_string(), "settle"))
-                .or_insert(0) += 1;
-            waiting.insert(key.to_string(), "settle".to_string());
+            waiting.add(key, "settle");
         }
         for s in recovered {
             st.episodes.adopt_hold(s, wall);
         }
-        // The pause switch: queued goals go back to waiting, and nothing
-        // new is queued; what is held stays held.
-        if leader && paused {
-            let dropped = self.pending.cancel(|_, _| true);
-            forget_dropped(
-                &mut st.planned_at_rv,
-                &dropped,
-                "pause switch set: queued goals dropped",
-            );
-        }
-        // Resets a stale write undid (brupop's agent): reset again, at
-        // most `MAX_REAPPLY` times, each counted and said in an Event.
+    }
+
+    /// Resets a stale write undid (brupop's agent): reset again, at most
+    /// `MAX_REAPPLY` times, each counted and said in an Event.
+    fn reapply_undone(&self, st: &mut State, writing: bool) {
         for (key, undone) in self.store.take_undone() {
             let result = match undone {
-                Undone::Reapply(_) if !leader || paused => {
+                Undone::Reapply(_) if !writing => {
                     tracing::warn!(resource = %key, "a stale write undid remedy's reset; not reset again: remedy is paused or no longer leads");
                     "not_reapplied"
                 }
@@ -281,61 +345,82 @@ impl Engine {
                 })
                 .inc();
         }
-        if leader && !paused {
-            for hold in d.holds {
-                let record = HoldMark {
-                    since: wall,
-                    reason: hold.reason,
-                    crash_count: hold.crash_count,
-                    value: None,
-                };
-                // Marked planned only once queued: a refused goal is planned
-                // again next tick, not forgotten.
-                let rv = self
-                    .store
-                    .get(&hold.key)
-                    .map(|e| e.view.resource_version.clone());
-                if self.pending.offer(hold.key.clone(), Goal::Hold(record))
-                    && let Some(rv) = rv
-                {
-                    st.planned_at_rv.insert(hold.key, rv);
-                }
-            }
-            for (key, action) in d.actions {
-                let goal = match action {
-                    Action::Release => Goal::Release,
-                    Action::Remediate => Goal::Remediate,
-                };
-                let rv = self
-                    .store
-                    .get(&key)
-                    .map(|e| e.view.resource_version.clone());
-                if !self.pending.offer(key.clone(), goal) {
-                    continue;
-                }
-                if let Some(rv) = rv {
-                    st.planned_at_rv.insert(key.clone(), rv);
-                }
-                // Releases of held resources only; remediations are
-                // counted by their actions.
-                if action == Action::Release {
-                    self.metrics
-                        .releases
-                        .get_or_create(&crate::metrics::KindLabels {
-                            kind: key.kind.to_string(),
-                        })
-                        .inc();
-                }
+    }
+
+    /// The decided holds, releases and remediations, queued for the
+    /// workers.
+    fn enqueue(
+        &self,
+        st: &mut State,
+        holds: Vec<HoldOrder<ResourceKey>>,
+        actions: Vec<(ResourceKey, Action)>,
+        wall: DateTime<Utc>,
+    ) {
+        for hold in holds {
+            let record = HoldMark {
+                since: wall,
+                reason: hold.reason,
+                crash_count: hold.crash_count,
+                value: None,
+            };
+            // Marked planned only once queued: a refused goal is planned
+            // again next tick, not forgotten.
+            let rv = self
+                .store
+                .get(&hold.key)
+                .map(|e| e.view.resource_version.clone());
+            if self.pending.offer(hold.key.clone(), Goal::Hold(record))
+                && let Some(rv) = rv
+            {
+                st.planned_at_rv.insert(hold.key, rv);
             }
         }
-        // Each waiting resource's place in its domain's line, in decide's
-        // release order (lowest crash count first), for `explain`.
+        for (key, action) in actions {
+            let goal = match action {
+                Action::Release => Goal::Release,
+                Action::Remediate => Goal::Remediate,
+            };
+            let rv = self
+                .store
+                .get(&key)
+                .map(|e| e.view.resource_version.clone());
+            if !self.pending.offer(key.clone(), goal) {
+                continue;
+            }
+            if let Some(rv) = rv {
+                st.planned_at_rv.insert(key.clone(), rv);
+            }
+            // Releases of held resources only; remediations are
+            // counted by their actions.
+            if action == Action::Release {
+                self.metrics
+                    .releases
+                    .get_or_create(&crate::metrics::KindLabels {
+                        kind: key.kind.to_string(),
+                    })
+                    .inc();
+            }
+        }
+    }
+
+    /// Each waiting resource's place in its domain's line, in decide's
+    /// release order (lowest crash count first), for `explain`; its release
+    /// estimate; and why it waits.
+    fn line_up(
+        &self,
+        st: &mut State,
+        lined: Vec<(ResourceKey, WaitReason)>,
+        held_now: &HashMap<ResourceKey, Held>,
+        leader: bool,
+        now: Duration,
+        waiting: &mut Waiting,
+    ) {
         st.release_order.clear();
         let mut etas: HashMap<ResourceKey, f64> = HashMap::new();
         if leader {
             let domain_by = st.core.domain_by();
             let mut lines: HashMap<Arc<str>, Vec<ResourceKey>> = HashMap::new();
-            for (key, _) in &d.waiting {
+            for (key, _) in &lined {
                 // Held ones (most of the line) from this tick's facts; a
                 // remediation of an unheld object from the store.
                 let domain = match held_now.get(key) {
@@ -368,19 +453,25 @@ impl Engine {
         }
         self.metrics.set_release_etas(|k| etas.get(k).copied());
         if leader {
-            for (key, why) in d.waiting {
-                *waiting_counts
-                    .entry((key.kind.to_string(), why.label()))
-                    .or_insert(0) += 1;
-                waiting.insert(key.to_string(), why.label().to_string());
+            for (key, why) in lined {
+                waiting.add(&key, why.label());
             }
             for key in st.retries.waiting_keys(now) {
-                *waiting_counts
-                    .entry((key.kind.to_string(), RETRY))
-                    .or_insert(0) += 1;
-                waiting.insert(key.to_string(), RETRY.to_string());
+                waiting.add(key, RETRY);
             }
         }
+    }
+
+    /// Notes on held resources, at their pace and not while the apiserver
+    /// pushes back.
+    fn pace_notes(
+        &self,
+        st: &mut State,
+        held_now: &HashMap<ResourceKey, Held>,
+        waiting: &Waiting,
+        writing: bool,
+        now: Duration,
+    ) {
         let throttled = self.metrics.apiserver_throttled.get();
         if throttled != st.throttled_seen.0 {
             st.throttled_seen = (throttled, Some(now));
@@ -389,20 +480,20 @@ impl Engine {
             .throttled_seen
             .1
             .is_none_or(|at| now.saturating_sub(at) >= super::NOTE_QUIET);
-        if leader && !paused && quiet {
-            self.offer_notes(&held_now, &waiting, &mut st.notes, now);
+        if writing && quiet {
+            self.offer_notes(held_now, &waiting.by_key, &mut st.notes, now);
         }
-        // Drop plan markers the watch has caught up with.
-        let store = &self.store;
-        st.planned_at_rv
-            .retain(|k, rv| store.get(k).is_some_and(|e| e.view.resource_version == *rv));
-        st.retries.retain(|k| store.get(k).is_some());
+    }
 
-        for p in profiles {
+    /// The waiting gauges: every watched kind, every reason, zeros
+    /// included.
+    fn export_waiting(&self, waiting: &Waiting) {
+        for p in self.store.profiles() {
             use crate::decide::release::WaitReason as W;
             let decided = [W::Breaker, W::Backoff, W::Budget, W::Owner].map(|w| w.label());
             for reason in decided.into_iter().chain(["settle", RETRY]) {
-                let n = waiting_counts
+                let n = waiting
+                    .counts
                     .get(&(p.kind.clone(), reason))
                     .copied()
                     .unwrap_or(0);
@@ -415,20 +506,30 @@ impl Engine {
                     .set(n);
             }
         }
+    }
+
+    /// The budget and queue gauges and the status report.
+    fn write_report(
+        &self,
+        st: &mut State,
+        now: Duration,
+        leader: bool,
+        held: Vec<String>,
+        waiting: BTreeMap<String, String>,
+    ) {
         let tokens = st.core.tokens(now);
         self.metrics.budget_tokens.set(tokens);
         self.metrics
             .pending_actions
             .set(i64::try_from(self.pending.len()).unwrap_or(i64::MAX));
-        held_keys.sort();
         st.report = StatusReport {
             leader,
             dry_run: self.dry_run,
             paused: self.pause.get().and_then(|p| p.state()),
-            breaker_open,
+            breaker_open: st.core.breakers().any_open(),
             open_domains: st.core.breakers().open(),
             budget_tokens: tokens,
-            held: held_keys,
+            held,
             pending: self.pending.keys(),
             waiting,
             episodes: st.episodes.map().values().cloned().collect(),
@@ -556,6 +657,32 @@ impl Engine {
                 pace.try_take(now);
             }
         }
+    }
+}
+
+/// What one tick saw of the store, and what the core decided.
+struct Seen {
+    decisions: Decisions<ResourceKey>,
+    /// Held resources: their place in line and release estimate, and
+    /// their note.
+    held_now: HashMap<ResourceKey, Held>,
+    /// Held resources, sorted, for the report.
+    held_keys: Vec<String>,
+    /// Alerts this process has episodes of.
+    known: HashSet<String>,
+}
+
+/// Why resources wait, per resource and counted per kind and reason.
+#[derive(Default)]
+struct Waiting {
+    by_key: BTreeMap<String, String>,
+    counts: HashMap<(String, &'static str), i64>,
+}
+
+impl Waiting {
+    fn add(&mut self, key: &ResourceKey, why: &'static str) {
+        *self.counts.entry((key.kind.to_string(), why)).or_insert(0) += 1;
+        self.by_key.insert(key.to_string(), why.to_string());
     }
 }
 
