@@ -2,7 +2,7 @@
 //! and HTTP together.
 
 use crate::config::Validated;
-use crate::daemon::engine::Engine;
+use crate::daemon::engine::{Deps, Engine, RecordLink};
 use crate::daemon::execute::{Executor, WriteLimiter};
 use crate::daemon::leader;
 use crate::daemon::pause::PauseSwitch;
@@ -267,11 +267,17 @@ impl App {
             .with_write_log(store.clone())
             .with_pause(pause.clone()),
         );
-        let engine = Engine::new(&cfg, store.clone(), executor, verifier, leadership.clone());
-        engine.use_pause(pause);
-        if let Some(api) = record {
-            engine.use_record(api, identity);
-        }
+        let engine = Engine::new(
+            &cfg,
+            Deps {
+                store: store.clone(),
+                executor,
+                verifier,
+                leader: leadership.clone(),
+                pause: Some(pause),
+                record: record.map(|api| RecordLink { api, identity }),
+            },
+        );
         tasks.add("engine", engine.clone().run(cfg.tick, rx));
 
         let readiness = Arc::new(WatchReadiness {

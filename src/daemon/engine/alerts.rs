@@ -13,7 +13,7 @@ impl Engine {
     /// notification (see [`crate::decide::episodes`]) changes nothing and is
     /// counted and logged.
     pub fn handle(&self, ev: &AlertEvent) {
-        let Some(rule) = self.alerts.get(&ev.alertname) else {
+        let Some(rule) = self.settings.alerts.get(&ev.alertname) else {
             return;
         };
         let scope = Scope::from_alert(rule, &ev.labels);
@@ -62,7 +62,7 @@ impl Engine {
 
     /// Drops queued remediation in a scope that fires (again).
     pub(super) fn cancel_remediation(&self, scope: &Scope) {
-        let store = &self.store;
+        let store = &self.deps.store;
         let dropped = self.pending.cancel(|k, goal| {
             !matches!(goal, Goal::Hold(_))
                 && store.get(k).is_some_and(|e| scope.matches(k, &e.view))
@@ -77,8 +77,8 @@ impl Engine {
     /// changes nothing (the verifier counts and logs it) and is retried
     /// after `recovery::RETRY`.
     pub(super) async fn recover(&self, now: DateTime<Utc>) {
-        let names = self.alerts.names();
-        let Some(v) = self.verifier.as_ref().filter(|_| !names.is_empty()) else {
+        let names = self.settings.alerts.names();
+        let Some(v) = self.deps.verifier.as_ref().filter(|_| !names.is_empty()) else {
             self.with_schedule(recovery::Schedule::not_needed);
             return;
         };
@@ -103,8 +103,13 @@ impl Engine {
     pub(super) fn apply_recovery(&self, answer: &recovery::Answer, now: DateTime<Utc>) {
         let plan = {
             let mut st = self.state.locked();
-            let plan =
-                recovery::recover(&self.alerts, answer, st.episodes.map(), now, MAX_EPISODES);
+            let plan = recovery::recover(
+                &self.settings.alerts,
+                answer,
+                st.episodes.map(),
+                now,
+                MAX_EPISODES,
+            );
             for (scope, ep) in &plan.write {
                 // recovery::recover leaves room for what it writes.
                 let _ = st.episodes.put(scope.clone(), ep.clone());
@@ -154,7 +159,7 @@ impl Engine {
             st.firing_proof_at = Some(now);
             names.into_iter().collect()
         };
-        let Some(v) = &self.verifier else {
+        let Some(v) = &self.deps.verifier else {
             return;
         };
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -186,7 +191,9 @@ impl Engine {
             .filter(|(_, e)| !e.firing)
             .filter(|(_, e)| {
                 let since = e.verified_at.unwrap_or(e.changed_at);
-                (now - since).to_std().is_ok_and(|d| d >= self.settle)
+                (now - since)
+                    .to_std()
+                    .is_ok_and(|d| d >= self.settings.settle)
             })
             .map(|(s, e)| (s.clone(), e.clone()))
             .collect();
@@ -195,10 +202,11 @@ impl Engine {
                 continue;
             }
             let verify_query = self
+                .settings
                 .alerts
                 .get(&ep.alertname)
                 .and_then(|a| a.verify_query.clone());
-            let result = match &self.verifier {
+            let result = match &self.deps.verifier {
                 Some(v) => v
                     .cleared(&ep.alertname, &ep.matchers, verify_query.as_deref())
                     .await
@@ -242,7 +250,7 @@ impl Engine {
     /// remedy never saw firing needs. No: the episode is dropped, counted
     /// and logged. An error keeps it for the next try.
     pub(super) async fn proven(&self, scope: &Scope, ep: &Episode) -> bool {
-        let Some(v) = &self.verifier else {
+        let Some(v) = &self.deps.verifier else {
             return false;
         };
         let answer = v

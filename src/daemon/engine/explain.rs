@@ -83,6 +83,7 @@ impl Engine {
     /// `kind` is matched without case against the watched profiles.
     pub fn explain(&self, namespace: &str, kind: &str, name: &str) -> Option<Explanation> {
         let kind = self
+            .deps
             .store
             .profiles()
             .iter()
@@ -90,10 +91,10 @@ impl Engine {
             .kind
             .clone();
         let key = ResourceKey::new(&kind, namespace, name);
-        let e = self.store.get(&key)?;
+        let e = self.deps.store.get(&key)?;
         let wall = Utc::now();
-        let profile = self.store.profiles().get(e.profile)?;
-        let backoff = self.store.backoff().effective(profile.backoff);
+        let profile = self.deps.store.profiles().get(e.profile)?;
+        let backoff = self.deps.store.backoff().effective(profile.backoff);
         let crashes = e.view.crash_count.unwrap_or(0);
         let remaining = backoff.wait(crashes, e.view.failure_time, wall);
         let controller_retries_at = profile
@@ -124,7 +125,7 @@ impl Engine {
                 name,
             })
         });
-        let paused = self.pause.get().and_then(|p| p.state());
+        let paused = self.deps.pause.as_ref().and_then(|p| p.state());
         let eta_seconds = match release_place {
             Some((place, _)) if !breaker_open && paused.is_none() => eta(place, rate, remaining),
             _ => None,

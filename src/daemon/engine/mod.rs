@@ -29,7 +29,7 @@ use crate::sync::LockExt;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
@@ -46,7 +46,7 @@ mod status;
 
 pub use explain::{Explanation, HoldView};
 use pending::Pending;
-use record::RecordLink;
+pub use record::RecordLink;
 pub use status::{STATUS_LIMIT, STATUS_MAX_LIMIT, StatusReport};
 
 struct State {
@@ -77,29 +77,41 @@ struct State {
     overwritten: HashMap<ResourceKey, u32>,
 }
 
-pub struct Engine {
-    store: Arc<Store>,
-    executor: Arc<Executor>,
-    verifier: Option<Arc<Verifier>>,
-    leader: Leadership,
-    metrics: Arc<Metrics>,
+/// What the engine works with, built before it (`App::build`).
+pub struct Deps {
+    pub store: Arc<Store>,
+    pub executor: Arc<Executor>,
+    /// Verifies alert episodes (`signals.prometheus_url`).
+    pub verifier: Option<Arc<Verifier>>,
+    pub leader: Leadership,
+    /// The pause switch, read at every tick (`daemon::pause`).
+    pub pause: Option<Arc<PauseSwitch>>,
+    /// With leader election: episodes live in the episode record, which
+    /// this replica writes as `identity`.
+    pub record: Option<RecordLink>,
+}
+
+/// What the engine reads from the config, once.
+struct Settings {
     alerts: AlertRules,
     breaker_query: Option<String>,
     settle: Duration,
     controller_grace: Duration,
     dry_run: bool,
+    /// Watch streams whose initial list must be in before the holds on
+    /// record are trusted to be complete.
+    streams: Vec<String>,
+}
+
+pub struct Engine {
+    deps: Deps,
+    settings: Settings,
+    metrics: Arc<Metrics>,
     origin: Instant,
     state: Mutex<State>,
     pending: Pending,
     /// When to rebuild episodes from Prometheus.
     recovery: Mutex<recovery::Schedule>,
-    /// Watch streams whose initial list must be in before the holds on
-    /// record are trusted to be complete.
-    streams: Vec<String>,
-    /// Set with leader election: episodes live in the episode record.
-    record: OnceLock<RecordLink>,
-    /// The pause switch, read at every tick (`daemon::pause`).
-    pause: OnceLock<Arc<PauseSwitch>>,
     /// Readiness notes as of the last tick: /readyz reads these and never
     /// waits for a tick holding the engine's state.
     problems: Mutex<Vec<String>>,
@@ -111,26 +123,20 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(
-        cfg: &Config,
-        store: Arc<Store>,
-        executor: Arc<Executor>,
-        verifier: Option<Arc<Verifier>>,
-        leader: Leadership,
-    ) -> Arc<Self> {
-        let metrics = store.metrics().clone();
-        let streams = crate::daemon::watch::stream_ids(store.profiles(), &cfg.namespaces);
+    pub fn new(cfg: &Config, deps: Deps) -> Arc<Self> {
+        let metrics = deps.store.metrics().clone();
+        let streams = crate::daemon::watch::stream_ids(deps.store.profiles(), &cfg.namespaces);
         Arc::new(Self {
-            store,
-            executor,
-            verifier,
-            leader,
+            deps,
+            settings: Settings {
+                alerts: AlertRules::new(cfg.alerts.clone()),
+                breaker_query: cfg.breaker.query.clone(),
+                settle: cfg.signals.settle,
+                controller_grace: cfg.controller_grace,
+                dry_run: cfg.dry_run,
+                streams,
+            },
             metrics,
-            alerts: AlertRules::new(cfg.alerts.clone()),
-            breaker_query: cfg.breaker.query.clone(),
-            settle: cfg.signals.settle,
-            controller_grace: cfg.controller_grace,
-            dry_run: cfg.dry_run,
             origin: Instant::now(),
             state: Mutex::new(State {
                 core: Core::new(CoreConfig::from_config(cfg)),
@@ -150,9 +156,6 @@ impl Engine {
             }),
             pending: Pending::default(),
             recovery: Mutex::new(recovery::Schedule::default()),
-            streams,
-            record: OnceLock::new(),
-            pause: OnceLock::new(),
             problems: Mutex::new(Vec::new()),
             heartbeat: Arc::new(Heartbeat::new(stall_limit(cfg))),
             ticks: AtomicU64::new(0),
@@ -166,13 +169,8 @@ impl Engine {
         })
     }
 
-    /// Reads `switch` at every tick; while it is set nothing is queued.
-    pub fn use_pause(&self, switch: Arc<PauseSwitch>) {
-        let _ = self.pause.set(switch);
-    }
-
     fn paused(&self) -> bool {
-        self.pause.get().is_some_and(|p| p.is_paused())
+        self.deps.pause.as_ref().is_some_and(|p| p.is_paused())
     }
 
     /// The engine loop's pulse, for /healthz.
@@ -209,8 +207,8 @@ impl Engine {
         // record's, untrusted, and must not be planned from as a leader's if
         // the Lease is won between reading the record and planning (the next
         // tick loads and re-verifies them).
-        let leader = self.leader.is_leader();
-        if let Some(switch) = self.pause.get() {
+        let leader = self.deps.leader.is_leader();
+        if let Some(switch) = self.deps.pause.as_ref() {
             switch.refresh().await;
             self.heartbeat.beat();
         }
@@ -237,7 +235,7 @@ impl Engine {
         // With the episode record, a follower shows the leader's episodes
         // (replaced every tick): its own recovery and verification would be
         // queries thrown away.
-        let decides = leader || self.record.get().is_none();
+        let decides = leader || self.deps.record.as_ref().is_none();
         if run && decides {
             self.recover(wall).await;
         }
@@ -245,7 +243,7 @@ impl Engine {
             self.prove_firing(now).await;
             self.verify(wall).await;
         }
-        let external = match (&self.verifier, &self.breaker_query) {
+        let external = match (&self.deps.verifier, &self.settings.breaker_query) {
             (Some(v), Some(q)) => v.query_scalar(q).await.ok().flatten(),
             _ => None,
         };
@@ -279,7 +277,7 @@ impl Engine {
     }
 
     fn collect_problems(&self) -> Vec<String> {
-        let name = self.record.get().map(|l| l.api.name().to_string());
+        let name = self.deps.record.as_ref().map(|l| l.api.name().to_string());
         let s = self.state.locked();
         let record = s
             .record
@@ -294,7 +292,7 @@ impl Engine {
                     .map(|err| format!("alert {} not verified: {err}", e.alertname))
             })
             .chain(record)
-            .chain(self.pause.get().and_then(|p| p.problem()))
+            .chain(self.deps.pause.as_ref().and_then(|p| p.problem()))
             .collect()
     }
 
@@ -335,19 +333,20 @@ impl Engine {
                 continue;
             };
             let profile = self
+                .deps
                 .store
                 .get(&key)
-                .and_then(|e| self.store.profiles().get(e.profile).cloned());
+                .and_then(|e| self.deps.store.profiles().get(e.profile).cloned());
             if let Some(profile) = profile {
                 // A reset is watched for a stale write that undoes it
                 // (brupop's agent): from before it is written.
                 let resets = goal == Goal::Remediate && profile.has_native_counter();
                 if resets {
-                    self.store.expect_reset(&key);
+                    self.deps.store.expect_reset(&key);
                 }
                 let again = self.state.locked().overwritten.remove(&key);
                 if let Some(n) = again.filter(|_| goal == Goal::Remediate) {
-                    self.executor
+                    self.deps.executor
                         .warn_on(
                             &profile,
                             &key,
@@ -363,19 +362,20 @@ impl Engine {
                 let span = tracing::info_span!("goal", resource = %key, goal = goal.label(), trace_id = tracing::field::Empty);
                 crate::daemon::telemetry::record_trace_id(&span);
                 let result = self
+                    .deps
                     .executor
                     .run(&profile, &key, &goal)
                     .instrument(span)
                     .await;
                 // Watched only if it really wrote the reset.
-                let wrote_reset = !self.dry_run
+                let wrote_reset = !self.settings.dry_run
                     && result.as_ref().is_ok_and(|out| {
                         out.steps
                             .iter()
                             .any(|s| matches!(s, Step::ResetCounters | Step::ClearFailure))
                     });
                 if resets && !wrote_reset {
-                    self.store.forget_reset(&key);
+                    self.deps.store.forget_reset(&key);
                 }
                 match result {
                     Ok(out) => {
@@ -430,11 +430,17 @@ impl Engine {
         let Some(spec) = profile.hold.as_ref().and_then(|h| h.resume.as_ref()) else {
             return;
         };
-        let Some(target) = self.store.profiles().iter().find(|p| p.kind == spec.kind) else {
+        let Some(target) = self
+            .deps
+            .store
+            .profiles()
+            .iter()
+            .find(|p| p.kind == spec.kind)
+        else {
             return;
         };
         let mut keys = Vec::new();
-        self.store.for_each(|k, e| {
+        self.deps.store.for_each(|k, e| {
             if crate::remediate::resume::selects(spec, key, k, &e.view) {
                 keys.push(k.clone());
             }
@@ -443,7 +449,7 @@ impl Engine {
         keys.sort();
         if !keys.is_empty() {
             tracing::info!(resource = %key, objects = keys.len(), kind = %spec.kind, "hold removed: touching what its controller would not requeue");
-            self.executor.resume(target, key, &keys).await;
+            self.deps.executor.resume(target, key, &keys).await;
         }
     }
 

@@ -5,24 +5,21 @@ use super::*;
 use crate::decide::episodes::Evidence;
 
 /// The episode record and the name this replica writes it under.
-pub(super) struct RecordLink {
-    pub(super) api: Arc<RecordApi>,
-    pub(super) identity: String,
+/// The episode record and the identity this replica writes it as.
+pub struct RecordLink {
+    pub api: Arc<RecordApi>,
+    pub identity: String,
 }
 
 impl Engine {
     /// Keeps alert episodes in the episode record (several replicas): the
     /// leader takes notifications from it and writes its episodes there.
     /// Set before `run`.
-    pub fn use_record(&self, api: Arc<RecordApi>, identity: String) {
-        let _ = self.record.set(RecordLink { api, identity });
-    }
-
     /// Reads the episode record: a follower shows its episodes, a leader
     /// loads them once per term and takes the notifications any replica
     /// appended since.
     pub(super) async fn record_in(&self, leader: bool) {
-        let Some(link) = self.record.get() else {
+        let Some(link) = self.deps.record.as_ref() else {
             return;
         };
         let read = link.api.read().await;
@@ -36,7 +33,7 @@ impl Engine {
             if let Some(mut book) = up.replace {
                 if up.covered {
                     // Leading from what the record says: re-check all of it.
-                    forged = book.distrust(&self.alerts);
+                    forged = book.distrust(&self.settings.alerts);
                 }
                 st.episodes = book;
             }
@@ -58,7 +55,7 @@ impl Engine {
         }
         for n in fold {
             // An alert no longer configured: its notification is dropped.
-            if let Some(rule) = self.alerts.get(&n.scope.alertname) {
+            if let Some(rule) = self.settings.alerts.get(&n.scope.alertname) {
                 self.notify(rule, &n.scope, n.firing, n.at, Evidence::Unproven);
             }
             {
@@ -70,7 +67,7 @@ impl Engine {
 
     /// The leader writes its episodes back when they or the inbox changed.
     pub(super) async fn record_out(&self, leader: bool) {
-        let Some(link) = self.record.get() else {
+        let Some(link) = self.deps.record.as_ref() else {
             return;
         };
         if !leader {

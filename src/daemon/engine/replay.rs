@@ -116,7 +116,7 @@ async fn the_engine_replays_a_simulator_run_with_the_same_decisions() {
             Duration::from_millis(rec.now),
             wall(rec.now),
             None,
-            engine.leader.is_leader(),
+            engine.deps.leader.is_leader(),
         );
         let goals = std::mem::take(&mut *engine.pending.goals.lock().unwrap()).queued;
         let got_holds: BTreeSet<(u32, String, u32)> = goals

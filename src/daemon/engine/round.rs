@@ -38,7 +38,7 @@ impl Engine {
         self.export_breakers(st, &changed, &resumed);
         self.cancel_opened(st, &changed);
         let mut waiting = Waiting::default();
-        self.settle(st, &settling, &seen.known, wall, &mut waiting);
+        self.settle_held(st, &settling, &seen.known, wall, &mut waiting);
         if leader && paused {
             // The pause switch: queued goals go back to waiting, and nothing
             // new is queued; what is held stays held.
@@ -56,7 +56,7 @@ impl Engine {
         self.line_up(st, lined, &seen.held_now, leader, now, &mut waiting);
         self.pace_notes(st, &seen.held_now, &waiting, leader && !paused, now);
         // Drop plan markers the watch has caught up with.
-        let store = &self.store;
+        let store = &self.deps.store;
         st.planned_at_rv
             .retain(|k, rv| store.get(k).is_some_and(|e| e.view.resource_version == *rv));
         st.retries.retain(|k| store.get(k).is_some());
@@ -75,8 +75,8 @@ impl Engine {
         leader: bool,
         paused: bool,
     ) -> Seen {
-        let profiles = self.store.profiles();
-        let backoff = self.store.backoff();
+        let profiles = self.deps.store.profiles();
+        let backoff = self.deps.store.backoff();
         // Firing scopes that select more than their alert's cap hold
         // nothing (counted once, when the episode first goes over). Nor do
         // firing episodes not proven to have fired (taken from the episode
@@ -119,7 +119,7 @@ impl Engine {
             .collect();
         let mut held_owners: HashSet<ResourceKey> = HashSet::new();
         if !followed.is_empty() {
-            self.store.for_each(|key, e| {
+            self.deps.store.for_each(|key, e| {
                 if followed.contains(key.kind.as_ref())
                     && !e.view.deleting
                     && matches!(e.view.pause, PauseState::Ours { .. })
@@ -132,7 +132,7 @@ impl Engine {
         // The store's objects as facts for the decision core.
         let per_owner = st.core.config().budget.per.clone();
         let mut t = st.core.begin(now);
-        self.store.for_each(|key, e| {
+        self.deps.store.for_each(|key, e| {
             let name = t.domain_by().of(key, &e.view);
             let domain = t.domain(name);
             let held = matches!(e.view.pause, PauseState::Ours { .. });
@@ -142,7 +142,7 @@ impl Engine {
             // Signals that predate remedy's own last write (a released or
             // remediated object whose controller has not reconciled yet)
             // are not a new failure: they neither feed the breaker nor hold.
-            let fresh = e.signals_count(self.controller_grace);
+            let fresh = e.signals_count(self.settings.controller_grace);
             let failing = facts::failing(&e.verdict, fresh);
             let pause = facts::pause(&e.view.pause);
             let profile: Option<&Profile> = profiles.get(e.profile);
@@ -215,7 +215,11 @@ impl Engine {
                 },
             );
         });
-        let synced = self.streams.iter().all(|s| self.store.is_synced(s));
+        let synced = self
+            .settings
+            .streams
+            .iter()
+            .all(|s| self.deps.store.is_synced(s));
         let decisions = t.finish(Context {
             leader,
             paused,
@@ -276,7 +280,7 @@ impl Engine {
             .collect();
         if !opened.is_empty() {
             let domain_by = st.core.domain_by();
-            let store = &self.store;
+            let store = &self.deps.store;
             let dropped = self.pending.cancel(|k, goal| {
                 !matches!(goal, Goal::Hold(_))
                     && store
@@ -294,7 +298,7 @@ impl Engine {
     /// Held for an alert that is not verified cleared yet. If this process
     /// never saw its episode (restart, leader change), verify it before
     /// releasing.
-    fn settle(
+    fn settle_held(
         &self,
         st: &mut State,
         settling: &[(ResourceKey, Box<str>)],
@@ -317,7 +321,7 @@ impl Engine {
     /// Resets a stale write undid (brupop's agent): reset again, at most
     /// `MAX_REAPPLY` times, each counted and said in an Event.
     fn reapply_undone(&self, st: &mut State, writing: bool) {
-        for (key, undone) in self.store.take_undone() {
+        for (key, undone) in self.deps.store.take_undone() {
             let result = match undone {
                 Undone::Reapply(_) if !writing => {
                     tracing::warn!(resource = %key, "a stale write undid remedy's reset; not reset again: remedy is paused or no longer leads");
@@ -366,6 +370,7 @@ impl Engine {
             // Marked planned only once queued: a refused goal is planned
             // again next tick, not forgotten.
             let rv = self
+                .deps
                 .store
                 .get(&hold.key)
                 .map(|e| e.view.resource_version.clone());
@@ -381,6 +386,7 @@ impl Engine {
                 Action::Remediate => Goal::Remediate,
             };
             let rv = self
+                .deps
                 .store
                 .get(&key)
                 .map(|e| e.view.resource_version.clone());
@@ -426,6 +432,7 @@ impl Engine {
                 let domain = match held_now.get(key) {
                     Some(h) => Some(h.domain.clone()),
                     None => self
+                        .deps
                         .store
                         .get(key)
                         .map(|e| Arc::from(domain_by.of(key, &e.view))),
@@ -488,7 +495,7 @@ impl Engine {
     /// The waiting gauges: every watched kind, every reason, zeros
     /// included.
     fn export_waiting(&self, waiting: &Waiting) {
-        for p in self.store.profiles() {
+        for p in self.deps.store.profiles() {
             use crate::decide::release::WaitReason as W;
             let decided = [W::Breaker, W::Backoff, W::Budget, W::Owner].map(|w| w.label());
             for reason in decided.into_iter().chain(["settle", RETRY]) {
@@ -524,8 +531,8 @@ impl Engine {
             .set(i64::try_from(self.pending.len()).unwrap_or(i64::MAX));
         st.report = StatusReport {
             leader,
-            dry_run: self.dry_run,
-            paused: self.pause.get().and_then(|p| p.state()),
+            dry_run: self.settings.dry_run,
+            paused: self.deps.pause.as_ref().and_then(|p| p.state()),
             breaker_open: st.core.breakers().any_open(),
             open_domains: st.core.breakers().open(),
             budget_tokens: tokens,
@@ -542,13 +549,14 @@ impl Engine {
     /// resources in scope held for the alert or failing with something to
     /// clear. Over the alert's `max_resources`: nothing, counted.
     pub(super) fn fix_targets(&self, st: &mut State) {
-        let profiles = self.store.profiles();
-        let store = &self.store;
+        let profiles = self.deps.store.profiles();
+        let store = &self.deps.store;
         // The episode record keeps targets; their total is bounded too.
         let room =
             crate::record::MAX_TARGETS.saturating_sub(crate::record::targets_held(&st.episodes));
         let max = |alert: &str| {
-            self.alerts
+            self.settings
+                .alerts
                 .get(alert)
                 .map_or(0, |a| a.max_resources.min(room))
         };
@@ -591,7 +599,7 @@ impl Engine {
         if firing.is_empty() {
             return HashSet::new();
         }
-        self.store.for_each(|key, e| {
+        self.deps.store.for_each(|key, e| {
             let candidate =
                 e.verdict.is_failing() || matches!(e.view.pause, PauseState::Ours { .. });
             if !candidate {
@@ -603,7 +611,11 @@ impl Engine {
         });
         let mut over = HashSet::new();
         for s in firing {
-            let cap = self.alerts.get(&s.alertname).map_or(0, |a| a.max_resources);
+            let cap = self
+                .settings
+                .alerts
+                .get(&s.alertname)
+                .map_or(0, |a| a.max_resources);
             let n = counts.get(&s).copied().unwrap_or(0);
             if n <= cap {
                 continue;

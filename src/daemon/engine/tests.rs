@@ -35,7 +35,15 @@ fn engine_unsynced(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
         lead.clone(),
         false,
     ));
-    (Engine::new(cfg, store.clone(), ex, None, lead), store)
+    let deps = Deps {
+        store: store.clone(),
+        executor: ex,
+        verifier: None,
+        leader: lead,
+        pause: None,
+        record: None,
+    };
+    (Engine::new(cfg, deps), store)
 }
 
 fn osm(name: &str, failing: bool, annotations: serde_json::Value) -> DynamicObject {
@@ -493,10 +501,14 @@ async fn a_failed_recovery_is_retried_after_a_pause_not_every_tick() {
     let (plain, store) = engine(&c, true);
     let e = Engine::new(
         &c,
-        store,
-        plain.executor.clone(),
-        Some(verifier),
-        Leadership::fixed(true),
+        Deps {
+            store,
+            executor: plain.deps.executor.clone(),
+            verifier: Some(verifier),
+            leader: Leadership::fixed(true),
+            pause: None,
+            record: None,
+        },
     );
     let errors = || {
         metrics
