@@ -478,6 +478,216 @@ pub struct Validated {
     pub classifier: Classifier,
 }
 
+impl BudgetConfig {
+    /// Checks this section; errors name the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.refill_per_second.is_finite() && self.refill_per_second > 0.0) {
+            return Err(ConfigError::invalid(
+                "budget.refill_per_second",
+                "must be a positive number",
+            ));
+        }
+        if self.burst == 0 {
+            return Err(ConfigError::invalid("budget.burst", "must be at least 1"));
+        }
+        if !(self.writes_per_second.is_finite() && self.writes_per_second > 0.0) {
+            return Err(ConfigError::invalid(
+                "budget.writes_per_second",
+                "must be a positive number",
+            ));
+        }
+        if self.write_burst == 0 {
+            return Err(ConfigError::invalid(
+                "budget.write_burst",
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl BreakerConfig {
+    /// Checks this section; errors name the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (field, v) in [
+            ("breaker.open_ratio", self.open_ratio),
+            ("breaker.close_ratio", self.close_ratio),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+                return Err(ConfigError::invalid(field, "must be within (0, 1]"));
+            }
+        }
+        if self.close_ratio > self.open_ratio {
+            return Err(ConfigError::invalid(
+                "breaker.close_ratio",
+                "must not exceed breaker.open_ratio (hysteresis)",
+            ));
+        }
+        if self.window.is_zero() {
+            return Err(ConfigError::invalid("breaker.window", "must be positive"));
+        }
+        let pace = &self.release;
+        if pace.window < Duration::from_secs(1) {
+            return Err(ConfigError::invalid(
+                "breaker.release.window",
+                "must be at least 1s",
+            ));
+        }
+        if pace.probe_every.is_some_and(|d| d < Duration::from_secs(1)) {
+            return Err(ConfigError::invalid(
+                "breaker.release.probe_every",
+                "must be at least 1s",
+            ));
+        }
+        if !(pace.step.is_finite() && pace.step >= 0.0) {
+            return Err(ConfigError::invalid(
+                "breaker.release.step",
+                "must be a finite number >= 0",
+            ));
+        }
+        if !(pace.min_success.is_finite() && (0.0..=1.0).contains(&pace.min_success)) {
+            return Err(ConfigError::invalid(
+                "breaker.release.min_success",
+                "must be within 0..=1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl WebhookConfig {
+    /// Checks this section; errors name the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_body_bytes < 1024 {
+            return Err(ConfigError::invalid(
+                "webhook.max_body_bytes",
+                "must be at least 1024",
+            ));
+        }
+        if self.queue == 0 {
+            return Err(ConfigError::invalid("webhook.queue", "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+impl HttpConfig {
+    /// Checks this section; errors name the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (field, d) in [
+            ("http.header_read_timeout", self.header_read_timeout),
+            ("http.idle_timeout", self.idle_timeout),
+        ] {
+            if d < Duration::from_secs(1) {
+                return Err(ConfigError::invalid(field, "must be at least 1s"));
+            }
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError::invalid(
+                "http.max_connections",
+                "must be at least 1",
+            ));
+        }
+        // hyper's read buffer cannot be smaller than 8 KiB; a megabyte per
+        // connection would undo the point of the limit.
+        if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&self.max_header_bytes) {
+            return Err(ConfigError::invalid(
+                "http.max_header_bytes",
+                format!("must be within {MIN_HEADER_BYTES}..={MAX_HEADER_BYTES}"),
+            ));
+        }
+        if !(1..=MAX_HEADERS).contains(&self.max_headers) {
+            return Err(ConfigError::invalid(
+                "http.max_headers",
+                format!("must be within 1..={MAX_HEADERS}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl SignalsConfig {
+    /// Checks this section; errors name the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (field, url) in [
+            ("signals.prometheus_url", &self.prometheus_url),
+            ("signals.alertmanager_url", &self.alertmanager_url),
+        ] {
+            if let Some(u) = url
+                && !(u.starts_with("http://") || u.starts_with("https://"))
+            {
+                return Err(ConfigError::invalid(field, "must be an http(s) URL"));
+            }
+        }
+        for (field, c) in [
+            ("signals.prometheus", &self.prometheus),
+            ("signals.alertmanager", &self.alertmanager),
+        ] {
+            c.check(field)
+                .map_err(|why| ConfigError::invalid(field, why))?;
+        }
+        if self.timeout.is_zero() {
+            return Err(ConfigError::invalid("signals.timeout", "must be positive"));
+        }
+        Ok(())
+    }
+}
+
+impl LeaderConfig {
+    /// Checks this section; errors name the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.enabled && (self.lease_name.is_empty() || self.namespace.is_empty()) {
+            return Err(ConfigError::invalid(
+                "leader_election",
+                "lease_name and namespace are required when enabled",
+            ));
+        }
+        if self.enabled && !is_dns_subdomain(&self.episode_record) {
+            return Err(ConfigError::invalid(
+                "leader_election.episode_record",
+                "must be a ConfigMap name (lowercase letters, digits, '-' and '.', at most 253)",
+            ));
+        }
+        if self.enabled && self.lease_duration < Duration::from_secs(2) {
+            return Err(ConfigError::invalid(
+                "leader_election.lease_duration",
+                "must be at least 2s",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl PauseSwitchConfig {
+    /// Checks this section; errors name the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.configmap.is_empty()
+            && (!is_dns_subdomain(&self.configmap) || !is_dns_subdomain(&self.namespace))
+        {
+            return Err(ConfigError::invalid(
+                "pause_switch",
+                "configmap and namespace must be names (lowercase letters, digits, '-' and '.'); configmap \"\" turns the switch off",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl TlsConfig {
+    /// Checks this section; errors name the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (field, path) in [
+            ("tls.cert_file", &self.cert_file),
+            ("tls.key_file", &self.key_file),
+        ] {
+            if path.as_os_str().is_empty() {
+                return Err(ConfigError::invalid(field, "must not be empty"));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Config {
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
         Ok(serde_yaml_ng::from_str(text)?)
@@ -525,145 +735,20 @@ impl Config {
                 }
             }
         }
-        let b = &self.budget;
-        if !(b.refill_per_second.is_finite() && b.refill_per_second > 0.0) {
-            return Err(ConfigError::invalid(
-                "budget.refill_per_second",
-                "must be a positive number",
-            ));
-        }
-        if b.burst == 0 {
-            return Err(ConfigError::invalid("budget.burst", "must be at least 1"));
-        }
-        if !(b.writes_per_second.is_finite() && b.writes_per_second > 0.0) {
-            return Err(ConfigError::invalid(
-                "budget.writes_per_second",
-                "must be a positive number",
-            ));
-        }
-        if b.write_burst == 0 {
-            return Err(ConfigError::invalid(
-                "budget.write_burst",
-                "must be at least 1",
-            ));
-        }
-        let br = &self.breaker;
-        for (field, v) in [
-            ("breaker.open_ratio", br.open_ratio),
-            ("breaker.close_ratio", br.close_ratio),
-        ] {
-            if !(v.is_finite() && v > 0.0 && v <= 1.0) {
-                return Err(ConfigError::invalid(field, "must be within (0, 1]"));
-            }
-        }
-        if br.close_ratio > br.open_ratio {
-            return Err(ConfigError::invalid(
-                "breaker.close_ratio",
-                "must not exceed breaker.open_ratio (hysteresis)",
-            ));
-        }
-        if br.window.is_zero() {
-            return Err(ConfigError::invalid("breaker.window", "must be positive"));
-        }
-        let pace = &br.release;
-        if pace.window < Duration::from_secs(1) {
-            return Err(ConfigError::invalid(
-                "breaker.release.window",
-                "must be at least 1s",
-            ));
-        }
-        if pace.probe_every.is_some_and(|d| d < Duration::from_secs(1)) {
-            return Err(ConfigError::invalid(
-                "breaker.release.probe_every",
-                "must be at least 1s",
-            ));
-        }
-        if !(pace.step.is_finite() && pace.step >= 0.0) {
-            return Err(ConfigError::invalid(
-                "breaker.release.step",
-                "must be a finite number >= 0",
-            ));
-        }
-        if !(pace.min_success.is_finite() && (0.0..=1.0).contains(&pace.min_success)) {
-            return Err(ConfigError::invalid(
-                "breaker.release.min_success",
-                "must be within 0..=1",
-            ));
-        }
-        if self.webhook.max_body_bytes < 1024 {
-            return Err(ConfigError::invalid(
-                "webhook.max_body_bytes",
-                "must be at least 1024",
-            ));
-        }
+        self.budget.validate()?;
+        self.breaker.validate()?;
+        self.webhook.validate()?;
         if let Some(t) = &self.tls {
-            for (field, path) in [
-                ("tls.cert_file", &t.cert_file),
-                ("tls.key_file", &t.key_file),
-            ] {
-                if path.as_os_str().is_empty() {
-                    return Err(ConfigError::invalid(field, "must not be empty"));
-                }
-            }
+            t.validate()?;
         }
-        let h = &self.http;
-        for (field, d) in [
-            ("http.header_read_timeout", h.header_read_timeout),
-            ("http.idle_timeout", h.idle_timeout),
-        ] {
-            if d < Duration::from_secs(1) {
-                return Err(ConfigError::invalid(field, "must be at least 1s"));
-            }
-        }
-        if h.max_connections == 0 {
-            return Err(ConfigError::invalid(
-                "http.max_connections",
-                "must be at least 1",
-            ));
-        }
-        // hyper's read buffer cannot be smaller than 8 KiB; a megabyte per
-        // connection would undo the point of the limit.
-        if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&h.max_header_bytes) {
-            return Err(ConfigError::invalid(
-                "http.max_header_bytes",
-                format!("must be within {MIN_HEADER_BYTES}..={MAX_HEADER_BYTES}"),
-            ));
-        }
-        if !(1..=MAX_HEADERS).contains(&h.max_headers) {
-            return Err(ConfigError::invalid(
-                "http.max_headers",
-                format!("must be within 1..={MAX_HEADERS}"),
-            ));
-        }
+        self.http.validate()?;
         if self.reload_interval < Duration::from_secs(1) {
             return Err(ConfigError::invalid(
                 "reload_interval",
                 "must be at least 1s",
             ));
         }
-        if self.webhook.queue == 0 {
-            return Err(ConfigError::invalid("webhook.queue", "must be at least 1"));
-        }
-        for (field, url) in [
-            ("signals.prometheus_url", &self.signals.prometheus_url),
-            ("signals.alertmanager_url", &self.signals.alertmanager_url),
-        ] {
-            if let Some(u) = url
-                && !(u.starts_with("http://") || u.starts_with("https://"))
-            {
-                return Err(ConfigError::invalid(field, "must be an http(s) URL"));
-            }
-        }
-        for (field, c) in [
-            ("signals.prometheus", &self.signals.prometheus),
-            ("signals.alertmanager", &self.signals.alertmanager),
-        ] {
-            c.check(field)
-                .map_err(|why| ConfigError::invalid(field, why))?;
-        }
-        if self.signals.timeout.is_zero() {
-            return Err(ConfigError::invalid("signals.timeout", "must be positive"));
-        }
+        self.signals.validate()?;
         if !self.alerts.is_empty() && self.signals.prometheus_url.is_none() {
             return Err(ConfigError::invalid(
                 "signals.prometheus_url",
@@ -686,34 +771,8 @@ impl Config {
                 ));
             }
         }
-        let le = &self.leader_election;
-        if le.enabled && (le.lease_name.is_empty() || le.namespace.is_empty()) {
-            return Err(ConfigError::invalid(
-                "leader_election",
-                "lease_name and namespace are required when enabled",
-            ));
-        }
-        let ps = &self.pause_switch;
-        if !ps.configmap.is_empty()
-            && (!is_dns_subdomain(&ps.configmap) || !is_dns_subdomain(&ps.namespace))
-        {
-            return Err(ConfigError::invalid(
-                "pause_switch",
-                "configmap and namespace must be names (lowercase letters, digits, '-' and '.'); configmap \"\" turns the switch off",
-            ));
-        }
-        if le.enabled && !is_dns_subdomain(&le.episode_record) {
-            return Err(ConfigError::invalid(
-                "leader_election.episode_record",
-                "must be a ConfigMap name (lowercase letters, digits, '-' and '.', at most 253)",
-            ));
-        }
-        if le.enabled && le.lease_duration < Duration::from_secs(2) {
-            return Err(ConfigError::invalid(
-                "leader_election.lease_duration",
-                "must be at least 2s",
-            ));
-        }
+        self.leader_election.validate()?;
+        self.pause_switch.validate()?;
         if self.tick.is_zero() {
             return Err(ConfigError::invalid("tick", "must be positive"));
         }
