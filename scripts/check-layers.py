@@ -43,6 +43,9 @@ ALLOWED = {
                "signals", "sim", "supervise", "sync"},
     "cli": {"config", "daemon", "decide", "metrics", "model", "record",
             "remediate", "signals", "sim", "supervise", "sync"},
+    # Test fixtures (`#[cfg(test)]` only): builders from any layer.
+    "testkit": {"config", "daemon", "decide", "metrics", "model", "record",
+                "remediate", "signals", "sim", "supervise", "sync"},
 }
 
 FORBIDDEN = [

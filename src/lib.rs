@@ -31,6 +31,8 @@ pub mod signals;
 pub mod sim;
 pub mod supervise;
 pub mod sync;
+#[cfg(test)]
+pub(crate) mod testkit;
 
 /// Sent on every request to the apiserver, Prometheus and Alertmanager, so
 /// their logs, audit events and `managedFields` name remedy and its version.

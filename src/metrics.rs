@@ -1482,7 +1482,6 @@ mod tests {
     /// enumerated label values are exactly what the code pre-sets or writes.
     #[test]
     fn readme_metric_table_matches_the_registry() {
-        use crate::model::classify::{Classifier, default_rules};
         use crate::signals::{ALERTMANAGER, PROMETHEUS};
         let doc = readme_table();
         assert!(doc.len() > 20, "README table not found: {doc:?}");
@@ -1499,12 +1498,7 @@ mod tests {
             pause_switch: true,
         });
         // The store pre-sets the per-kind gauges (remedy_resources by state).
-        let _store = crate::daemon::store::Store::new(
-            vec![crate::model::profile::builtin("openstack-machine").expect("builtin profile")],
-            Classifier::new(&default_rules()).expect("default rules"),
-            crate::model::backoff::BackoffPolicy::default(),
-            m.clone(),
-        );
+        let _store = crate::testkit::store(&["openstack-machine"], m.clone());
         let preset = exposed(
             &m.encode_as(Format::Text004).expect("encode"),
             Format::Text004,

@@ -447,27 +447,14 @@ fn counters(view: &ResourceView) -> Counters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::classify::default_rules;
-    use crate::model::profile::builtin;
     use serde_json::json;
 
     fn store() -> Store {
-        Store::new(
-            vec![builtin("openstack-machine").unwrap()],
-            Classifier::new(&default_rules()).unwrap(),
-            BackoffPolicy::default(),
-            Arc::new(Metrics::new(100)),
-        )
+        crate::testkit::store(&["openstack-machine"], Arc::new(Metrics::new(100)))
     }
 
     fn osm(rv: u64, status: serde_json::Value) -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
-            "kind": "OpenStackMachine",
-            "metadata": {"name": "m", "namespace": "ns", "uid": "u", "resourceVersion": rv.to_string()},
-            "status": status,
-        }))
-        .unwrap()
+        crate::testkit::openstack_machine("m", rv, json!({}), status)
     }
 
     fn errors(s: &Store, reason: &str) -> u64 {
@@ -575,12 +562,7 @@ mod tests {
 
     #[test]
     fn a_native_counter_that_moves_is_a_new_failure() {
-        let s = Store::new(
-            vec![crate::model::profile::builtin("bottlerocket-shadow").unwrap()],
-            Classifier::new(&default_rules()).unwrap(),
-            BackoffPolicy::default(),
-            Arc::new(Metrics::new(100)),
-        );
+        let s = crate::testkit::store(&["bottlerocket-shadow"], Arc::new(Metrics::new(100)));
         let shadow = |rv: u64, n: u32| -> DynamicObject {
             serde_json::from_value(json!({
                 "apiVersion": "brupop.bottlerocket.aws/v2", "kind": "BottlerocketShadow",

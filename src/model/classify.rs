@@ -326,9 +326,7 @@ mod tests {
     use crate::model::profile::builtin;
     use crate::model::view::{ConditionView, ResourceView};
 
-    fn classifier() -> Classifier {
-        Classifier::new(&default_rules()).expect("seed rules compile")
-    }
+    use crate::testkit::classifier;
 
     fn failing(reason: &str, message: &str) -> Projection {
         text(FailureText {

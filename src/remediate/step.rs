@@ -412,9 +412,7 @@ mod tests {
     use crate::model::profile::{CAPI_PAUSED, CAPI_SKIP_REMEDIATION, PAUSE_MARKER, builtin};
     use chrono::Utc;
 
-    fn obj(v: Value) -> DynamicObject {
-        serde_json::from_value(v).unwrap()
-    }
+    use crate::testkit::object as obj;
 
     fn failed_machine(annotations: Value) -> DynamicObject {
         obj(json!({

@@ -1,7 +1,7 @@
 use super::*;
 use crate::config::Selector;
 use crate::daemon::execute::WriteLimiter;
-use crate::model::classify::{Classifier, default_rules};
+
 use crate::model::profile::{CAPI_PAUSED, builtin};
 use kube::api::DynamicObject;
 use serde_json::json;
@@ -21,7 +21,7 @@ fn engine_unsynced(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
     let metrics = Arc::new(Metrics::new(100));
     let store = Arc::new(Store::new(
         vec![builtin("openstack-machine").unwrap()],
-        Classifier::new(&default_rules()).unwrap(),
+        crate::testkit::classifier(),
         cfg.backoff.clone(),
         metrics.clone(),
     ));
@@ -52,12 +52,7 @@ fn osm(name: &str, failing: bool, annotations: serde_json::Value) -> DynamicObje
     } else {
         json!({"instanceState": "ACTIVE"})
     };
-    serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackMachine",
-        "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1", "annotations": annotations},
-        "status": status
-    }))
-    .unwrap()
+    crate::testkit::openstack_machine(name, 1, annotations, status)
 }
 
 /// Every episode verified cleared now, as Prometheus would answer.

@@ -1,18 +1,16 @@
 use super::builtins::capi_fields;
 use super::projection::MAX_MESSAGE;
 use super::*;
-use crate::model::classify::{Classifier, Verdict, default_rules};
+use crate::model::classify::Verdict;
 use crate::model::view::{PauseState, Projection};
 use chrono::Utc;
 use kube::api::DynamicObject;
 use std::collections::BTreeMap;
 
-fn sample(yaml: &str) -> DynamicObject {
-    serde_yaml_ng::from_str(yaml).expect("sample parses")
-}
+use crate::testkit::sample;
 
 fn verdict(p: &Profile, v: &Projection) -> Verdict {
-    Classifier::new(&default_rules()).unwrap().classify(p, v)
+    crate::testkit::classifier().classify(p, v)
 }
 
 #[test]
