@@ -717,8 +717,12 @@ impl Config {
                 ));
             }
             DomainBy::Field(f) => {
+                // The configured field first; a profile's own place for its
+                // domain after it (an OpenStackServer names its zone in
+                // /spec/availabilityZone, a Machine in /spec/failureDomain).
                 for p in &mut profiles {
-                    p.fields.failure_domain = vec![f.clone()];
+                    p.fields.failure_domain.retain(|own| own != f);
+                    p.fields.failure_domain.insert(0, f.clone());
                 }
             }
             _ => {}
@@ -913,6 +917,31 @@ mod tests {
             );
             assert_eq!(view.label("a"), Some("b"));
         }
+        // A profile's own place for its domain stays, after the configured
+        // field: an OpenStackServer's zone.
+        let v = Config::from_yaml(
+            "profiles: [openstack-server]\nbreaker: {domain: {field: /spec/failureDomain}}\n",
+        )
+        .unwrap()
+        .validate()
+        .unwrap();
+        let server: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "OpenStackServer",
+            "metadata": {"name": "s", "namespace": "ns"},
+            "spec": {"availabilityZone": "az2"}
+        }))
+        .unwrap();
+        assert_eq!(
+            v.profiles[0].fields.failure_domain,
+            ["/spec/failureDomain", "/spec/availabilityZone"]
+        );
+        assert_eq!(
+            v.profiles[0]
+                .project(&server)
+                .view
+                .label(crate::model::domains::FIELD_LABEL),
+            Some("az2")
+        );
     }
 
     #[test]
