@@ -685,9 +685,7 @@ mod tests {
             annotation: Some("crossplane.io/paused".into()),
             field: None,
             value: Some(Value::from("true")),
-            resume: None,
-            with_owner: None,
-            not_while: Vec::new(),
+            ..HoldSpec::default()
         });
         let m = obj(json!({"apiVersion": "v", "kind": "K",
             "metadata": {"name": "o", "namespace": "d", "resourceVersion": "3"}}));
@@ -711,14 +709,7 @@ mod tests {
 
         // A spec-field pause (CAPI Cluster.spec.paused) round-trips the same way.
         let mut c = builtin("capi-cluster").unwrap();
-        c.hold = Some(HoldSpec {
-            annotation: None,
-            field: Some("/spec/paused".into()),
-            value: None,
-            resume: None,
-            with_owner: None,
-            not_while: Vec::new(),
-        });
+        c.hold = Some(HoldSpec::field("/spec/paused"));
         let cl = obj(
             json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": {"name": "c", "namespace": "d", "resourceVersion": "9"},

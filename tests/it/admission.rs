@@ -284,14 +284,7 @@ async fn the_admission_policy_limits_remedy_to_what_it_owns() {
     .unwrap();
     create_with_status(&admin, c, &ns2).await;
     let mut cp = v1beta2("capi-cluster");
-    cp.hold = Some(HoldSpec {
-        annotation: None,
-        field: Some("/spec/paused".into()),
-        value: None,
-        resume: None,
-        with_owner: None,
-        not_while: Vec::new(),
-    });
+    cp.hold = Some(HoldSpec::field("/spec/paused"));
     let ckey = ResourceKey::new("Cluster", &ns2, "c1");
     assert_eq!(
         ex.run(&cp, &ckey, &hold).await.unwrap().steps,

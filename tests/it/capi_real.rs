@@ -14,8 +14,8 @@
 //!   them (`remedy.dev/resumed`) and they reconcile within seconds.
 
 use crate::remediate::executor;
-use crate::support::procs::{Proc, require_binary, spawn};
-use crate::support::{Remedy, TestCluster, eventually, free_port, namespace, repo};
+use crate::support::procs::Proc;
+use crate::support::{Remedy, TestCluster, eventually, namespace};
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use remedy::metrics::Metrics;
@@ -31,47 +31,7 @@ const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// The real manager, watching `ns` only (the shared cluster's other tests
 /// keep their Machines to themselves), as the admin user.
 async fn start_manager(cluster: &TestCluster, ns: &str) -> Proc {
-    let bin = repo()
-        .join("testenv/bin/capi-manager")
-        .display()
-        .to_string();
-    require_binary(&bin, "run `bash testenv/capi.sh`");
-    let dir = tempfile::tempdir().expect("tmp");
-    // No flag turns its webhook server off: give it a throwaway cert.
-    let key = rcgen::KeyPair::generate().expect("key");
-    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".into()])
-        .expect("params")
-        .self_signed(&key)
-        .expect("cert");
-    std::fs::write(dir.path().join("tls.crt"), cert.pem()).expect("cert");
-    std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).expect("key");
-    let health = free_port();
-    let args = vec![
-        format!("--kubeconfig={}", cluster.kubeconfig.display()),
-        format!("--namespace={ns}"),
-        "--leader-elect=false".into(),
-        format!("--webhook-port={}", free_port()),
-        format!("--webhook-cert-dir={}", dir.path().display()),
-        format!("--health-addr=127.0.0.1:{health}"),
-        format!("--diagnostics-address=127.0.0.1:{}", free_port()),
-        "--insecure-diagnostics".into(),
-        // The shared cluster's CRDs are the module's own, already at their
-        // storage versions: nothing to migrate.
-        "--skip-crd-migration-phases=StorageVersionMigration,CleanupManagedFields".into(),
-    ];
-    let manager = spawn("capi-manager", &bin, health, dir, &args);
-    let http = reqwest::Client::new();
-    let url = format!("{}/readyz", manager.base);
-    eventually(
-        Duration::from_secs(60),
-        "the CAPI manager ready",
-        || async {
-            let r = http.get(&url).send().await.ok()?;
-            r.status().is_success().then_some(())
-        },
-    )
-    .await;
-    manager
+    crate::support::capi::start_manager(cluster, ns, &[]).await
 }
 
 fn capi_api(client: &Client, ns: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
@@ -185,14 +145,7 @@ fn hold_record() -> HoldMark {
 /// capi-cluster held by `/spec/paused`, as the test writes the hold itself
 /// (`resume` plays no part in writing one: remedy's config below has it).
 fn cluster_hold() -> HoldSpec {
-    HoldSpec {
-        annotation: None,
-        field: Some("/spec/paused".into()),
-        value: None,
-        resume: None,
-        with_owner: None,
-        not_while: Vec::new(),
-    }
+    HoldSpec::field("/spec/paused")
 }
 
 fn config(ns: &str, resume: bool) -> String {

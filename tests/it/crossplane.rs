@@ -231,14 +231,7 @@ async fn a_capi_cluster_is_held_through_spec_paused_on_the_real_crd() {
     }
     let mut p = builtin("capi-cluster").expect("profile");
     p.version = "v1beta2".into();
-    p.hold = Some(HoldSpec {
-        annotation: None,
-        field: Some("/spec/paused".into()),
-        value: None,
-        resume: None,
-        with_owner: None,
-        not_while: Vec::new(),
-    });
+    p.hold = Some(HoldSpec::field("/spec/paused"));
     p.validate().expect("valid");
     let ex = crate::remediate::executor(
         client.clone(),

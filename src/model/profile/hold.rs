@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 /// How a profile's controller is paused: an annotation (CAPI, Crossplane)
 /// or a spec field (CAPI `Cluster.spec.paused`), and the value that pauses.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HoldSpec {
     /// Annotation the controller reads to stop reconciling.
@@ -75,11 +75,15 @@ impl HoldSpec {
     pub fn annotation(key: &str) -> Self {
         Self {
             annotation: Some(key.into()),
-            field: None,
-            value: None,
-            resume: None,
-            with_owner: None,
-            not_while: Vec::new(),
+            ..Self::default()
+        }
+    }
+
+    /// A hold by a spec field (`/spec/paused`), writing `true`.
+    pub fn field(pointer: &str) -> Self {
+        Self {
+            field: Some(pointer.into()),
+            ..Self::default()
         }
     }
 

@@ -286,9 +286,7 @@ fn crossplane_profile() -> Profile {
             annotation: Some("crossplane.io/paused".into()),
             field: None,
             value: Some(Value::from("true")),
-            resume: None,
-            with_owner: None,
-            not_while: Vec::new(),
+            ..HoldSpec::default()
         }),
         remediation: RemediationSpec::default(),
         label_selector: None,
@@ -370,14 +368,7 @@ fn ownership_comes_from_the_record_not_the_value() {
 fn a_spec_field_pause_uses_the_same_model() {
     use serde_json::json;
     let mut p = builtin("capi-cluster").unwrap();
-    p.hold = Some(HoldSpec {
-        annotation: None,
-        field: Some("/spec/paused".into()),
-        value: None,
-        resume: None,
-        with_owner: None,
-        not_while: Vec::new(),
-    });
+    p.hold = Some(HoldSpec::field("/spec/paused"));
     p.validate().unwrap();
     let rec = record(Some(Value::Bool(true)));
     assert!(matches!(
@@ -407,36 +398,28 @@ fn bad_holds_are_refused_with_the_reason() {
         annotation: Some("a".into()),
         field: Some("/spec/paused".into()),
         value: None,
-        resume: None,
-        with_owner: None,
-        not_while: Vec::new(),
+        ..HoldSpec::default()
     });
     assert!(bad(&p).contains("exactly one"));
     p.hold = Some(HoldSpec {
         annotation: Some("crossplane.io/paused".into()),
         field: None,
         value: Some(Value::Bool(true)),
-        resume: None,
-        with_owner: None,
-        not_while: Vec::new(),
+        ..HoldSpec::default()
     });
     assert!(bad(&p).contains("string"));
     p.hold = Some(HoldSpec {
         annotation: None,
         field: Some("/status/paused".into()),
         value: None,
-        resume: None,
-        with_owner: None,
-        not_while: Vec::new(),
+        ..HoldSpec::default()
     });
     assert!(bad(&p).contains("under /spec"));
     p.hold = Some(HoldSpec {
         annotation: None,
         field: Some("/spec/paused".into()),
         value: Some(Value::Bool(false)),
-        resume: None,
-        with_owner: None,
-        not_while: Vec::new(),
+        ..HoldSpec::default()
     });
     assert!(bad(&p).contains("what pauses"));
     p.hold = Some(HoldSpec::annotation(HOLD_ANNOTATION));
