@@ -25,6 +25,7 @@ mod kube_watch;
 mod leader;
 mod listener;
 mod node;
+mod node_capi;
 mod opt_out;
 mod otlp;
 mod pause_switch;

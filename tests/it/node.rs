@@ -14,8 +14,8 @@
 //! pulled here (no registry is reachable) and whose manager would need
 //! OpenStack: that one container runs the pause image instead; the rest is
 //! the overlay's (remedy as a second container, 2/2 Ready, leading, with the
-//! controller's ServiceAccount). A real controller beside it is left to the
-//! CAPI part of issue #24.
+//! controller's ServiceAccount). The real Cluster API manager beside it, as
+//! the Component is meant to run: `node_capi.rs`.
 //! `standalone-tls` needs cert-manager to issue the Secret `remedy-tls`;
 //! no cert-manager controller runs here, so the test issues that Secret
 //! itself from the harness CA, as cert-manager would, and checks HTTPS.
@@ -53,13 +53,13 @@ fn namespaces_of(overlay: &str) -> Vec<String> {
 
 /// Where a form runs remedy: standalone, its own 2-replica Deployment in
 /// remedy-system on :8080; sidecar, a container of the controller's pod.
-struct Form<'a> {
-    ns: &'a str,
-    deployment: &'a str,
-    selector: &'a str,
-    replicas: usize,
-    port: u16,
-    scheme: &'a str,
+pub(crate) struct Form<'a> {
+    pub(crate) ns: &'a str,
+    pub(crate) deployment: &'a str,
+    pub(crate) selector: &'a str,
+    pub(crate) replicas: usize,
+    pub(crate) port: u16,
+    pub(crate) scheme: &'a str,
 }
 
 const STANDALONE: Form = Form {
@@ -74,7 +74,7 @@ const STANDALONE: Form = Form {
 /// What every form must show once applied: `rollout status` returns, its
 /// pods Ready (every container), the Lease held by one of them, `/metrics`
 /// served by a pod.
-fn assert_running(node: &mut Node, what: &str, applied: Instant, form: &Form) {
+pub(crate) fn assert_running(node: &mut Node, what: &str, applied: Instant, form: &Form) {
     node.kubectl(&[
         "-n",
         form.ns,
