@@ -5,11 +5,14 @@
 # clone, one folder per version: a warm run does nothing, a cold one builds
 # it once (about 6 min on 2 cores). tests/it/capi_real.rs runs it against
 # the test apiserver; the CRDs it serves are the ones testenv/crds.sh
-# installs from the same module version.
+# installs from the same module version. `bash capi.sh v1.13.4` builds
+# another version the same way and links it as bin/capi-manager-v1.13.4
+# (tests/it/capo_v015.rs: CAPO v0.15.0-beta.0's go.mod wants v1.13.4).
 set -euo pipefail
 cd "$(dirname "$0")"
 
-CAPI_VERSION=v1.12.5
+CAPI_DEFAULT=v1.12.5
+CAPI_VERSION=${1:-$CAPI_DEFAULT}
 
 cache=${REMEDY_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/remedy-tools}
 dir=$cache/cluster-api-$CAPI_VERSION
@@ -22,4 +25,8 @@ if [[ ! -x $dir/cluster-api ]]; then
   mv "$dir.tmp" "$dir"
 fi
 mkdir -p bin
-ln -sfn "$dir/cluster-api" bin/capi-manager
+if [[ $CAPI_VERSION == "$CAPI_DEFAULT" ]]; then
+  ln -sfn "$dir/cluster-api" bin/capi-manager
+else
+  ln -sfn "$dir/cluster-api" "bin/capi-manager-$CAPI_VERSION"
+fi

@@ -24,6 +24,13 @@
 //! - a hold on an OpenStackMachine holds its OpenStackServer, the object
 //!   that calls Nova: CAPO stops polling the server until remedy releases
 //!   both.
+//!
+//! CAPO v0.15.0-beta.0 (v1beta2; `mod v015`, with the CAPI v1.13.4 core
+//! manager): alone it still never creates a 503'd server again (no retry
+//! of ERROR); with remedy the server is held, released and created again
+//! once, but the OpenStackMachine, which in v0.15 copies the server's ERROR
+//! into its Ready condition and then stops reconciling, stays failed unless
+//! a profile clears its conditions.
 
 use crate::support::openstack::{
     FLAVOR, FakeOpenstack, IMAGE_ID, NETWORK_ID, SUBNET_ID, Sample, Supervised, start_capi_manager,
@@ -614,7 +621,7 @@ async fn action(remedy: &Remedy, action: &str) -> f64 {
 /// Every version of one object a watch delivers. Polling could miss a
 /// version that lived for milliseconds; the watch sees each.
 struct History {
-    seen: Arc<Mutex<Vec<DynamicObject>>>,
+    seen: Arc<Mutex<Vec<(Instant, DynamicObject)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -626,13 +633,18 @@ impl History {
         let out = seen.clone();
         let task = tokio::spawn(async move {
             while let Some(Ok(o)) = objects.next().await {
-                out.lock().expect("lock").push(o);
+                out.lock().expect("lock").push((Instant::now(), o));
             }
         });
         Self { seen, task }
     }
 
     fn versions(&self) -> Vec<DynamicObject> {
+        self.stamped().into_iter().map(|(_, o)| o).collect()
+    }
+
+    /// Each version with when the watch delivered it.
+    fn stamped(&self) -> Vec<(Instant, DynamicObject)> {
         self.seen.lock().expect("lock").clone()
     }
 }
@@ -1137,4 +1149,690 @@ async fn a_hold_on_an_openstack_machine_holds_its_server() {
         osm_released >= Duration::from_secs(15),
         "machine released {osm_released:?} after the server's hold: before its cooldown"
     );
+}
+
+// ---- CAPO v0.15.0-beta.0 (issue #25) ----
+
+/// The real CAPO v0.15.0-beta.0 manager (`testenv/capo-next.sh`, built from
+/// the source tarball: the module proxy does not serve it) with the real
+/// Cluster API v1.13.4 core manager its go.mod requires
+/// (`testenv/capi.sh v1.13.4`), on the `capo-v0.15` CRD set, against the same
+/// fake OpenStack.
+///
+/// What its source says (v0.15.0-beta.0 `controllers/openstackserver_controller.go`):
+/// a failed create still sets `instanceState: ERROR` with InstanceReady
+/// False/InstanceCreateFailed (`:560-568`), and `reconcileNormal` still
+/// returns early, without a requeue, on ERROR (`IsServerTerminalError`
+/// `:309-314`, the return `:318-321`): no retry of an ERROR server, every
+/// 60 s or otherwise. Its 60 s (`waitForInstanceBecomeActiveToReconcile`,
+/// `openstackmachine_controller.go:70`) is the requeue for a server state it
+/// does not handle (`:460-471`), not for ERROR. New in v0.15: the
+/// OpenStackMachine (v1beta2, no failure fields) copies the server's ERROR
+/// into its conditions Ready and InstanceReady False/InstanceStateError
+/// with the server's message (`openstackmachine_controller.go:546-564`), and
+/// then never reconciles itself again while Ready says so (`:358-364`).
+mod v015 {
+    use super::*;
+    use crate::support::openstack::{start_capi_manager_v1_13, start_capo_manager_v0_15};
+
+    /// An Env with its objects at v1beta2 (the storage version of
+    /// OpenStackMachine and OpenStackCluster in v0.15; OpenStackServer is
+    /// still v1alpha1 only). The test cluster has no conversion webhook:
+    /// every CAPO object is written and read at v1beta2.
+    async fn env(client: Client, ns: String, fake: &FakeOpenstack) -> Env {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+            "metadata": {"name": "cloud-config"},
+            "stringData": {"clouds.yaml": fake.clouds_yaml()},
+        }))
+        .expect("secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("identity secret");
+        let env = Env {
+            servers: api(&client, &ns, INFRA, "v1alpha1", "OpenStackServer"),
+            osms: api(&client, &ns, INFRA, "v1beta2", "OpenStackMachine"),
+            machines: api(&client, &ns, "cluster.x-k8s.io", "v1beta2", "Machine"),
+            client,
+            ns,
+        };
+        create(
+            &api(&env.client, &env.ns, "cluster.x-k8s.io", "v1beta2", "Cluster"),
+            json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": CLUSTER},
+                "spec": {
+                    "clusterNetwork": {"serviceDomain": "cluster.local"},
+                    "infrastructureRef": {"apiGroup": INFRA, "kind": "OpenStackCluster", "name": CLUSTER},
+                },
+            }),
+        )
+        .await;
+        // v1beta2 spells v1beta1's disableExternalNetwork and
+        // disableAPIServerFloatingIP as enable* false; no managed load
+        // balancer unless asked for.
+        create(
+            &api(&env.client, &env.ns, INFRA, "v1beta2", "OpenStackCluster"),
+            json!({
+                "apiVersion": format!("{INFRA}/v1beta2"), "kind": "OpenStackCluster",
+                "metadata": {"name": CLUSTER, "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
+                "spec": {
+                    "identityRef": {"cloudName": "fake", "name": "cloud-config"},
+                    "network": {"id": NETWORK_ID},
+                    "subnets": [{"id": SUBNET_ID}],
+                    "enableExternalNetwork": false,
+                    "apiServer": {"enableFloatingIP": false},
+                    "controlPlaneEndpoint": {"host": "10.6.0.5", "port": 6443},
+                },
+            }),
+        )
+        .await;
+        env
+    }
+
+    /// A worker Machine in `zone` with its v1beta2 OpenStackMachine (the
+    /// flavor is a FlavorParam now, not a name).
+    async fn machine(env: &Env, name: &str, zone: &str) {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(env.client.clone(), &env.ns);
+        let data: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-bootstrap")},
+            "stringData": {"value": "#cloud-config\n", "format": "cloud-config"},
+        }))
+        .expect("secret");
+        secrets
+            .create(&PostParams::default(), &data)
+            .await
+            .expect("bootstrap secret");
+        create(
+            &env.osms,
+            json!({
+                "apiVersion": format!("{INFRA}/v1beta2"), "kind": "OpenStackMachine",
+                "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
+                "spec": {"flavor": {"filter": {"name": FLAVOR}}, "image": {"id": IMAGE_ID}},
+            }),
+        )
+        .await;
+        create(
+            &env.machines,
+            json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
+                "spec": {
+                    "clusterName": CLUSTER,
+                    "failureDomain": zone,
+                    "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
+                    "infrastructureRef": {"apiGroup": INFRA, "kind": "OpenStackMachine", "name": name},
+                },
+            }),
+        )
+        .await;
+    }
+
+    /// The fake, a private cluster with the v0.15 CRDs, both managers and
+    /// one CAPO cluster. Fields drop in order, as in `Capo`.
+    struct Capo15 {
+        env: Env,
+        capo: Supervised,
+        capi: Supervised,
+        fake: FakeOpenstack,
+        cluster: TestCluster,
+    }
+
+    impl Capo15 {
+        async fn start(prefix: &str) -> Self {
+            let fake = FakeOpenstack::start(Duration::from_secs(2)).await;
+            let cluster = TestCluster::start_with_crds(CrdSet::CapoV0_15, &[]);
+            let client = cluster.client().await;
+            let ns = namespace(&client, prefix).await;
+            let capi = start_capi_manager_v1_13(&cluster, &ns).await;
+            let capo = start_capo_manager_v0_15(&cluster, &ns).await;
+            let env = env(client, ns, &fake).await;
+            Self {
+                env,
+                capo,
+                capi,
+                fake,
+                cluster,
+            }
+        }
+
+        fn procs(&self) -> [&Supervised; 3] {
+            [&self.fake.proc, &self.capi, &self.capo]
+        }
+
+        /// As `Capo::remedy`, with openstack-machine at v1beta2 (v0.15's
+        /// storage version) and openstack-server as built in (v1alpha1).
+        async fn remedy(&self, cooldown: &str) -> Remedy {
+            self.remedy_with(
+                cooldown,
+                "[{builtin: openstack-machine, version: v1beta2}, openstack-server]",
+            )
+            .await
+        }
+
+        /// As `remedy`, with these `profiles`.
+        async fn remedy_with(&self, cooldown: &str, profiles: &str) -> Remedy {
+            let config = format!(
+                "namespaces: [{}]\ntick: 500ms\nleader_election: {{enabled: false}}\n\
+                 breaker: {{open_ratio: 0.5, close_ratio: 0.1, min_resources: 1, window: 1s, \
+                 cooldown: {cooldown}, domain: {{field: /spec/availabilityZone}}}}\n\
+                 backoff: {{base: 1s, cap: 2s}}\n\
+                 budget: {{refill_per_second: 5, burst: 5}}\n\
+                 profiles: {profiles}\n",
+                self.env.ns
+            );
+            let remedy = Remedy::serve(&self.cluster, &config);
+            remedy.wait_ready().await;
+            remedy
+                .until(
+                    Duration::from_secs(30),
+                    "remedy watching OpenStackMachines and OpenStackServers",
+                    || async {
+                        remedy
+                            .metric(r#"remedy_watch_synced{kind="OpenStackServer"}"#)
+                            .await
+                            == 1.0
+                            && remedy
+                                .metric(r#"remedy_watch_synced{kind="OpenStackMachine"}"#)
+                                .await
+                                == 1.0
+                    },
+                )
+                .await;
+            remedy
+        }
+
+        /// Faults: Nova answers 503 to every server create in az2.
+        async fn outage(&self) {
+            self.fake
+                .set_faults(json!({"rules": [{
+                    "service": "compute", "resource": "servers", "method": "POST", "zone": "az2", "status": 503,
+                }]}))
+                .await;
+        }
+
+        /// Waits for the server `name` to be ERROR after its failed create
+        /// and checks what v0.15 wrote: InstanceCreateFailed with the 503,
+        /// no instanceID, and no failure fields anywhere.
+        async fn error(&self, name: &str) -> DynamicObject {
+            let env = &self.env;
+            let s = wait_for(
+                &self.procs(),
+                Duration::from_secs(120),
+                "OpenStackServer ERROR",
+                || async {
+                    let s = env.server(name).await?;
+                    (s.data["status"]["instanceState"] == "ERROR").then_some(s)
+                },
+            )
+            .await;
+            let ready = condition(&s, "InstanceReady").expect("InstanceReady condition");
+            assert_eq!(ready["status"], "False", "{ready}");
+            assert_eq!(ready["reason"], "InstanceCreateFailed", "{ready}");
+            assert!(
+                ready["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("503"),
+                "{ready}"
+            );
+            assert!(s.data["status"]["instanceID"].is_null(), "{:?}", s.data);
+            s
+        }
+    }
+
+    /// `remedy explain` of one object, as JSON.
+    async fn explain(remedy: &Remedy, ns: &str, kind: &str, name: &str) -> Value {
+        let (code, body) = remedy
+            .get(&format!("/explain?resource={ns}/{kind}/{name}"))
+            .await
+            .expect("explain");
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).expect("explain JSON")
+    }
+
+    /// A condition in short: type=status/reason.
+    fn conditions(o: &DynamicObject) -> Vec<String> {
+        o.data["status"]["conditions"]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| {
+                        format!(
+                            "{}={}/{}",
+                            c["type"].as_str().unwrap_or("?"),
+                            c["status"].as_str().unwrap_or("?"),
+                            c["reason"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// No failure fields on a v1beta2 object: conditions are all there is.
+    fn no_failure_fields(o: &DynamicObject) {
+        let s = &o.data["status"];
+        for f in ["failureReason", "failureMessage", "ready"] {
+            assert!(s[f].is_null(), "{f} on a v1beta2 object: {s}");
+        }
+    }
+
+    /// A version in detail: `brief`, its condition types and who wrote it
+    /// (the managers of its newest managedFields entries).
+    fn detail(o: &DynamicObject) -> String {
+        let fields = o.metadata.managed_fields.as_deref().unwrap_or_default();
+        let newest = fields.iter().filter_map(|f| f.time.as_ref()).max();
+        let by: Vec<String> = fields
+            .iter()
+            .filter(|f| f.time.is_some() && f.time.as_ref() == newest)
+            .map(|f| {
+                format!(
+                    "{}{}",
+                    f.manager.as_deref().unwrap_or("?"),
+                    f.subresource
+                        .as_deref()
+                        .map_or(String::new(), |s| format!("/{s}"))
+                )
+            })
+            .collect();
+        format!(
+            "{} {:?} by {}",
+            brief(o),
+            conditions(o)
+                .iter()
+                .map(|c| c.split('=').next().unwrap_or_default().to_string())
+                .collect::<Vec<_>>(),
+            by.join("+")
+        )
+    }
+
+    /// CAPO v0.15 alone during an outage: one failed create, the server
+    /// ERROR, and then no create at all, neither during the outage nor
+    /// once the cloud is back (no retry of ERROR, every 60 s or
+    /// otherwise). The OpenStackMachine now shows the failure (Ready
+    /// False/InstanceStateError with the 503) and stops reconciling.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn capo_v015_alone_never_creates_a_server_with_a_503_again() {
+        const OUTAGE: Duration = Duration::from_secs(75);
+        const AFTER: Duration = Duration::from_secs(15);
+        let s = Capo15::start("capo15-alone").await;
+        let (env, fake, procs) = (&s.env, &s.fake, s.procs());
+        s.outage().await;
+        let start = Instant::now();
+        machine(env, "m1", "az2").await;
+        s.error("m1").await;
+        let error_at = start.elapsed();
+        // A second create may follow the first within milliseconds (a
+        // reconcile queued before the ERROR reached CAPO's cache): counted
+        // from 2 s after the ERROR on.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let at_error = fake.metrics().await;
+        let failed = server_creates(&at_error);
+        assert!((1..=2).contains(&failed), "{failed} creates up to ERROR");
+
+        // The outage goes on: count creates, sampled each 5 s.
+        let mut creates_at = vec![];
+        let t = Instant::now();
+        while t.elapsed() < OUTAGE {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            for p in procs {
+                p.check();
+            }
+            let n = server_creates(&fake.metrics().await) - server_creates(&at_error);
+            creates_at.push((t.elapsed().as_secs(), n));
+        }
+        let during = server_creates(&fake.metrics().await) - server_creates(&at_error);
+        fake.clear_faults().await;
+        tokio::time::sleep(AFTER).await;
+        let after_return = fake.metrics().await;
+        let after = server_creates(&after_return) - server_creates(&at_error) - during;
+        let server = env.server("m1").await.expect("server m1");
+        let osm = env.osms.get("m1").await.expect("osm m1");
+        let machine = env.machines.get("m1").await.expect("machine m1");
+        let log = s.capo.log();
+        let not_server = log
+            .matches("Not reconciling OpenStackServer in error state")
+            .count();
+        let not_machine = log
+            .matches("Not reconciling machine in failed state")
+            .count();
+        eprintln!(
+            "CAPO v0.15.0-beta.0 alone, 503 on create in az2: ERROR {error_at:?} after the Machine \
+             ({failed} creates, 503); then creates {during} in {OUTAGE:?} of outage (samples (s, creates): \
+             {creates_at:?}), {after} in {AFTER:?} after the cloud's return; all calls \
+             {} after ERROR; 'Not reconciling OpenStackServer in error state' logged {not_server} \
+             times, 'Not reconciling machine in failed state' {not_machine} times; \
+             server instanceState {} conditions {:?}; OpenStackMachine conditions {:?}; \
+             Machine phase {}",
+            sum(&after_return, &[]) - sum(&at_error, &[]),
+            server.data["status"]["instanceState"],
+            conditions(&server),
+            conditions(&osm),
+            machine.data["status"]["phase"],
+        );
+        no_failure_fields(&osm);
+        assert_eq!(
+            during + after,
+            0,
+            "CAPO v0.15 created the ERROR server again"
+        );
+        assert_eq!(server.data["status"]["instanceState"], "ERROR");
+        let ready = condition(&osm, "Ready").expect("OpenStackMachine Ready");
+        assert_eq!(
+            (ready["status"].as_str(), ready["reason"].as_str()),
+            (Some("False"), Some("InstanceStateError")),
+            "{ready}"
+        );
+        assert!(
+            ready["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("503"),
+            "{ready}"
+        );
+    }
+
+    /// With remedy (the built-ins, openstack-machine at v1beta2): the 503
+    /// server is transient from its conditions alone (ERROR with
+    /// InstanceCreateFailed and the 503; no failure fields), az2's breaker
+    /// holds it, 0 creates and 0 cloud calls while held; once the cloud is
+    /// back remedy releases it, clearing its state, and CAPO creates it
+    /// again, once, and it goes ACTIVE.
+    ///
+    /// Two gaps this records (docs/upstream-behaviour.md): the
+    /// OpenStackMachine, held and released by remedy too (its Ready
+    /// condition carries the 503, a transient failure in domain `none`),
+    /// keeps Ready False/InstanceStateError, so CAPO never reconciles it
+    /// again and it never follows its ACTIVE server (the built-in clears
+    /// only failure fields); and the release clears the server's
+    /// conditions about 9-11 times in 0.4 s, because CAPO v0.15 writes its
+    /// OpenStackAuthenticationSucceeded condition on every reconcile, the
+    /// paused ones included (`openstackserver_controller.go:134-138`, before
+    /// the pause check at `:147-152`; the deferred patch at `:106-121`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn remedy_holds_a_v015_server_whose_create_got_a_503_and_capo_creates_it_again() {
+        const HELD_OUTAGE: Duration = Duration::from_secs(10);
+        let s = Capo15::start("capo15-remedy").await;
+        let remedy = s.remedy("15s").await;
+        let (env, fake, procs) = (&s.env, &s.fake, s.procs());
+        let history = History::start(&env.servers, "m1");
+        let osm_history = History::start(&env.osms, "m1");
+        s.outage().await;
+        let start = Instant::now();
+        machine(env, "m1", "az2").await;
+        s.error("m1").await;
+        let error_at = start.elapsed();
+
+        let held = wait_for(
+            &procs,
+            Duration::from_secs(30),
+            "m1 held by remedy",
+            || async {
+                let o = env.server("m1").await?;
+                held_for(&o).map(|why| (why, o))
+            },
+        )
+        .await;
+        let held_at = start.elapsed();
+        assert_eq!(held.1.data["status"]["instanceState"], "ERROR");
+        let x_server = explain(&remedy, &env.ns, "OpenStackServer", "m1").await;
+        let osm = env.osms.get("m1").await.expect("osm m1");
+        no_failure_fields(&osm);
+        let x_osm = explain(&remedy, &env.ns, "OpenStackMachine", "m1").await;
+        eprintln!(
+            "held as {:?}; explain server: {x_server}\nexplain OpenStackMachine: {x_osm}\n\
+             OpenStackMachine conditions {:?}",
+            held.0,
+            conditions(&osm)
+        );
+        // Held, for the transient rule `server_error` (the 503 in the
+        // condition's message), counted as a transient error, not terminal.
+        assert_eq!(x_server["state"], "held", "{x_server}");
+        assert_eq!(x_server["reason"], "server_error", "{x_server}");
+        let errors = |which: &'static str| {
+            let series = format!(
+                r#"remedy_{which}_errors_total{{namespace="{}",kind="OpenStackServer",reason="server_error"}}"#,
+                env.ns
+            );
+            let remedy = &remedy;
+            async move { remedy.metric(&series).await }
+        };
+        assert!(errors("transient").await >= 1.0, "{}", remedy.log_tail());
+        assert_eq!(errors("terminal").await, 0.0);
+        let at_hold = fake.metrics().await;
+        // One create got the 503, sometimes two: a second reconcile queued
+        // before the first one's ERROR reached CAPO's cache creates again
+        // (CAPO's own; seen in 1 run of 5).
+        let creates_held = server_creates(&at_hold);
+        assert!(
+            (1..=2).contains(&creates_held),
+            "{creates_held} creates up to the hold"
+        );
+
+        // The outage goes on while held; then the cloud is back. Until
+        // remedy releases it, not one create.
+        let cloud_back = Instant::now() + HELD_OUTAGE;
+        let mut cloud_back_at = None;
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            for p in procs {
+                p.check();
+            }
+            if cloud_back_at.is_none() && Instant::now() >= cloud_back {
+                fake.clear_faults().await;
+                cloud_back_at = Some(start.elapsed());
+            }
+            let creates = server_creates(&fake.metrics().await);
+            let o = env.server("m1").await.expect("m1");
+            if cloud_back_at.is_some()
+                && (held_for(&o).is_none() || o.data["status"]["instanceID"].is_string())
+            {
+                break;
+            }
+            assert_eq!(
+                creates, creates_held,
+                "a server create while remedy held m1"
+            );
+            if Instant::now() >= deadline {
+                let osm = env.osms.get("m1").await.expect("osm m1");
+                panic!(
+                    "m1 still held 90 s after its hold: {:?}\nexplain server: {}\n\
+                     explain OpenStackMachine: {}\nOpenStackMachine held {:?}, conditions {:?}\n{}",
+                    history.versions().iter().map(brief).collect::<Vec<_>>(),
+                    explain(&remedy, &env.ns, "OpenStackServer", "m1").await,
+                    explain(&remedy, &env.ns, "OpenStackMachine", "m1").await,
+                    held_for(&osm),
+                    conditions(&osm),
+                    remedy.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let released_at = start.elapsed();
+        let calls_held = sum(&fake.metrics().await, &[]) - sum(&at_hold, &[]);
+        let cloud_back_at = cloud_back_at.expect("cloud back");
+
+        let active = wait_for(
+            &procs,
+            Duration::from_secs(90),
+            "OpenStackServer m1 ACTIVE after the release",
+            || async {
+                let s = env.server("m1").await?;
+                (s.data["status"]["instanceState"] == "ACTIVE").then_some(s)
+            },
+        )
+        .await;
+        let active_at = start.elapsed();
+        assert!(held_for(&active).is_none(), "{:?}", active.metadata);
+        let m = fake.metrics().await;
+        assert_eq!(
+            server_creates(&m) - creates_held,
+            1,
+            "exactly one create after the release"
+        );
+        let state = fake.state().await;
+        assert_eq!(
+            state["servers"].as_array().map(Vec::len),
+            Some(1),
+            "{state}"
+        );
+        assert_eq!(state["servers"][0]["status"], "ACTIVE", "{state}");
+
+        // The OpenStackMachine does not follow: v0.15 copied the server's
+        // ERROR into its Ready condition (InstanceStateError) and stops
+        // reconciling it while that stays (`openstackmachine_controller.go:358-364`);
+        // remedy's openstack-machine profile clears only failure fields,
+        // which v1beta2 has none of. A product gap (docs/upstream-behaviour.md,
+        // "CAPO v0.15.0-beta.0"): when remedy clears that condition, this
+        // assertion flips.
+        let t = Instant::now();
+        let mut provisioned = None;
+        while t.elapsed() < Duration::from_secs(20) {
+            let o = env.osms.get("m1").await.expect("osm m1");
+            if o.data["status"]["initialization"]["provisioned"] == true {
+                provisioned = Some(start.elapsed());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let osm = env.osms.get("m1").await.expect("osm m1");
+        let machine_phase =
+            env.machines.get("m1").await.expect("machine m1").data["status"]["phase"].clone();
+        let at = |t: Instant| format!("{:.1}s", t.duration_since(start).as_secs_f64());
+        let stamped = |h: &History| {
+            h.stamped()
+                .iter()
+                .map(|(t, o)| format!("{} {}", at(*t), detail(o)))
+                .collect::<Vec<_>>()
+        };
+        let holds = action(&remedy, "hold").await;
+        let clears = action(&remedy, "clear_failure").await;
+        let releases = action(&remedy, "release").await;
+        let not_machine = s
+            .capo
+            .log()
+            .matches("Not reconciling machine in failed state")
+            .count();
+        eprintln!(
+            "remedy + CAPO v0.15.0-beta.0, 503 on create in az2: ERROR {error_at:?} after the \
+             Machine; held {:?} after ERROR (as {:?}); cloud back at {cloud_back_at:?}; released \
+             {:?} after the hold (cooldown 15 s); ACTIVE {:?} after the release ({active_at:?} \
+             in all); server creates: {creates_held} (503) before, 0 while held, 1 (202) after; \
+             all calls while held {calls_held}; remedy actions: hold {holds}, clear_failure {clears}, \
+             release {releases}; OpenStackMachine provisioned {provisioned:?}, held {:?}, \
+             conditions {:?}, 'Not reconciling machine in failed state' logged {not_machine} \
+             times, Machine phase {machine_phase}, explain {}\n\
+             server versions (s after the Machine):\n{}\nOpenStackMachine versions:\n{}",
+            held_at - error_at,
+            held.0,
+            released_at - held_at,
+            active_at - released_at,
+            held_for(&osm),
+            conditions(&osm),
+            explain(&remedy, &env.ns, "OpenStackMachine", "m1").await,
+            stamped(&history).join("\n"),
+            stamped(&osm_history).join("\n"),
+        );
+        assert_eq!(calls_held, 0, "CAPO called the cloud while m1 was held");
+        assert!(
+            provisioned.is_none(),
+            "the OpenStackMachine followed its ACTIVE server: the gap is fixed; update this test \
+             and docs/upstream-behaviour.md"
+        );
+        let ready = condition(&osm, "Ready").expect("OpenStackMachine Ready");
+        assert_eq!(ready["reason"], "InstanceStateError", "{ready}");
+        assert!(
+            not_machine >= 1,
+            "CAPO did not skip the failed OpenStackMachine"
+        );
+    }
+
+    /// The OpenStackMachine gap, worked around by config: a custom profile
+    /// for the v1beta2 OpenStackMachine that clears its `/status/conditions`
+    /// on release (the built-in clears only failure fields). CAPO then
+    /// reconciles the machine again (it sets the conditions itself) and it
+    /// follows its server once that is ACTIVE.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_machine_profile_clearing_its_conditions_lets_the_v015_machine_follow() {
+        let s = Capo15::start("capo15-osm-clear").await;
+        let remedy = s
+            .remedy_with(
+                "15s",
+                "[openstack-server, {name: openstack-machine-v1beta2, group: infrastructure.cluster.x-k8s.io, \
+                 version: v1beta2, kind: OpenStackMachine, fields: {conditions: [/status/conditions]}, \
+                 hold: {annotation: cluster.x-k8s.io/paused, value: remedy.dev/hold}, \
+                 remediation: {clear_status: [/status/conditions]}}]",
+            )
+            .await;
+        let (env, fake, procs) = (&s.env, &s.fake, s.procs());
+        let history = History::start(&env.servers, "m1");
+        let osm_history = History::start(&env.osms, "m1");
+        s.outage().await;
+        let start = Instant::now();
+        machine(env, "m1", "az2").await;
+        s.error("m1").await;
+        let creates_at_error = server_creates(&fake.metrics().await);
+        wait_for(&procs, Duration::from_secs(30), "m1 held", || async {
+            held_for(&env.server("m1").await?)
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        fake.clear_faults().await;
+        let cloud_back_at = start.elapsed();
+        wait_for(
+            &procs,
+            Duration::from_secs(120),
+            "OpenStackServer m1 ACTIVE",
+            || async {
+                let s = env.server("m1").await?;
+                (s.data["status"]["instanceState"] == "ACTIVE").then_some(())
+            },
+        )
+        .await;
+        let active_at = start.elapsed();
+        let provisioned = tokio::time::timeout(
+            Duration::from_secs(90),
+            wait_for(
+                &procs,
+                Duration::from_secs(90),
+                "OpenStackMachine m1 provisioned",
+                || async {
+                    let o = env.osms.get("m1").await.ok()?;
+                    (o.data["status"]["initialization"]["provisioned"] == true
+                        && o.data["spec"]["providerID"].is_string())
+                    .then_some(())
+                },
+            ),
+        )
+        .await;
+        let provisioned_at = start.elapsed();
+        let at = |t: Instant| format!("{:.1}s", t.duration_since(start).as_secs_f64());
+        let stamped = |h: &History| {
+            h.stamped()
+                .iter()
+                .map(|(t, o)| format!("{} {}", at(*t), detail(o)))
+                .collect::<Vec<_>>()
+        };
+        let osm = env.osms.get("m1").await.expect("osm m1");
+        eprintln!(
+            "remedy (custom OpenStackMachine profile clearing its conditions) + CAPO v0.15.0-beta.0: \
+             cloud back at {cloud_back_at:?}; server ACTIVE at {active_at:?}; OpenStackMachine \
+             provisioned {:?} at {provisioned_at:?}, conditions {:?}; server creates {} before, {} \
+             in all; remedy actions: hold {}, clear_failure {}, release {}\n\
+             server versions:\n{}\nOpenStackMachine versions:\n{}",
+            provisioned.is_ok(),
+            conditions(&osm),
+            creates_at_error,
+            server_creates(&fake.metrics().await),
+            action(&remedy, "hold").await,
+            action(&remedy, "clear_failure").await,
+            action(&remedy, "release").await,
+            stamped(&history).join("\n"),
+            stamped(&osm_history).join("\n"),
+        );
+        assert!(provisioned.is_ok(), "the OpenStackMachine did not follow");
+    }
 }

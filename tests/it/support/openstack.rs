@@ -1,6 +1,7 @@
 //! The fake OpenStack API (`testenv/cmd/fake-openstack`) and the real
-//! Cluster API managers that call it: CAPO (`testenv/capo.sh`) and the CAPI
-//! core manager (`testenv/capi.sh`), each a supervised child process.
+//! Cluster API managers that call it: CAPO (`testenv/capo.sh`; v0.15.0-beta.0
+//! from `testenv/capo-next.sh`) and the CAPI core manager (`testenv/capi.sh`,
+//! v1.12.5 or v1.13.4), each a supervised child process.
 //!
 //! Supervision: a process that exits while the test still needs it fails
 //! the test with its log tail ([`Supervised::check`], called by
@@ -340,28 +341,79 @@ fn manager_args(
     ]
 }
 
-/// The real Cluster API core manager (v1.12.5, `testenv/capi.sh`).
-pub async fn start_capi_manager(cluster: &TestCluster, ns: &str) -> Supervised {
-    let bin = bin("capi-manager", "run `bash testenv/capi.sh`");
+/// A real manager from `testenv/bin/{file}` (built by `how`) with the
+/// shared flags and `extra`, supervised as `name`, once it is ready.
+async fn start_manager(
+    name: &'static str,
+    file: &str,
+    how: &str,
+    cluster: &TestCluster,
+    ns: &str,
+    extra: &[&str],
+) -> Supervised {
+    let bin = bin(file, how);
     let cert = cert_dir();
     let health = free_port();
-    let args = manager_args(cluster, ns, &cert, health);
-    let p = Supervised::spawn("capi-manager", &bin, &args, cert);
+    let mut args = manager_args(cluster, ns, &cert, health);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let p = Supervised::spawn(name, &bin, &args, cert);
     wait_ready(&p, health).await;
     p
+}
+
+/// The real Cluster API core manager (v1.12.5, `testenv/capi.sh`).
+pub async fn start_capi_manager(cluster: &TestCluster, ns: &str) -> Supervised {
+    start_manager(
+        "capi-manager",
+        "capi-manager",
+        "run `bash testenv/capi.sh`",
+        cluster,
+        ns,
+        &[],
+    )
+    .await
 }
 
 /// The real CAPO manager (v0.14.7, `testenv/capo.sh`); `-v=4` so its log
 /// shows each reconcile's decision.
 pub async fn start_capo_manager(cluster: &TestCluster, ns: &str) -> Supervised {
-    let bin = bin("capo-manager", "run `bash testenv/capo.sh`");
-    let cert = cert_dir();
-    let health = free_port();
-    let mut args = manager_args(cluster, ns, &cert, health);
-    args.push("--v=4".into());
-    let p = Supervised::spawn("capo-manager", &bin, &args, cert);
-    wait_ready(&p, health).await;
-    p
+    start_manager(
+        "capo-manager",
+        "capo-manager",
+        "run `bash testenv/capo.sh`",
+        cluster,
+        ns,
+        &["--v=4"],
+    )
+    .await
+}
+
+/// The real Cluster API core manager v1.13.4 (`testenv/capi.sh v1.13.4`),
+/// the version CAPO v0.15.0-beta.0's go.mod requires.
+pub async fn start_capi_manager_v1_13(cluster: &TestCluster, ns: &str) -> Supervised {
+    start_manager(
+        "capi-manager-v1.13.4",
+        "capi-manager-v1.13.4",
+        "run `bash testenv/capi.sh v1.13.4`",
+        cluster,
+        ns,
+        &[],
+    )
+    .await
+}
+
+/// The real CAPO v0.15.0-beta.0 manager (`testenv/capo-next.sh`, from the
+/// source tarball); `-v=4` as for v0.14.7.
+pub async fn start_capo_manager_v0_15(cluster: &TestCluster, ns: &str) -> Supervised {
+    start_manager(
+        "capo-manager-v0.15",
+        "capo-manager-v0.15",
+        "run `bash testenv/capo-next.sh`",
+        cluster,
+        ns,
+        &["--v=4"],
+    )
+    .await
 }
 
 #[cfg(test)]
