@@ -1548,7 +1548,7 @@ mod v015 {
     /// keeps Ready False/InstanceStateError, so CAPO never reconciles it
     /// again and it never follows its ACTIVE server (the built-in clears
     /// only failure fields); and the release clears the server's
-    /// conditions about 9-11 times in 0.4 s, because CAPO v0.15 writes its
+    /// conditions 2-17 times (0.4 s or so), because CAPO v0.15 writes its
     /// OpenStackAuthenticationSucceeded condition on every reconcile, the
     /// paused ones included (`openstackserver_controller.go:134-138`, before
     /// the pause check at `:147-152`; the deferred patch at `:106-121`).
