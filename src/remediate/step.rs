@@ -305,13 +305,7 @@ fn present_paths(profile: &Profile, obj: &DynamicObject) -> Vec<String> {
     if !profile.clearable(&obj.data) {
         return Vec::new();
     }
-    profile
-        .remediation
-        .clear_status
-        .iter()
-        .filter(|p| obj.data.pointer(p).is_some_and(|v| !v.is_null()))
-        .cloned()
-        .collect()
+    profile.to_clear(&obj.data)
 }
 
 fn differing_resets(profile: &Profile, obj: &DynamicObject) -> Vec<(String, Value)> {
@@ -657,6 +651,18 @@ mod tests {
         assert_eq!(
             body["status"],
             json!({"instanceState": null, "conditions": null})
+        );
+        // Cleared, and CAPO v0.15 has written a True condition of its own
+        // since: nothing is left to clear, the release unpauses.
+        let answered = held(
+            &p,
+            &server(json!({"conditions": [
+                {"type": "OpenStackAuthenticationSucceeded", "status": "True"}
+            ]})),
+        );
+        assert_eq!(
+            all_steps(&p, &answered, &Goal::Release).0,
+            vec![Step::Unpause]
         );
         for goal in [Goal::Release, Goal::Remediate] {
             let real = held(

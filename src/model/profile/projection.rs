@@ -143,7 +143,21 @@ impl Profile {
     pub fn clearable(&self, data: &Value) -> bool {
         let set = |p: &String| data.pointer(p).is_some_and(|v| !v.is_null());
         let r = &self.remediation;
-        r.clear_status.iter().any(set) && !r.keep_if_set.iter().any(set)
+        !r.keep_if_set.iter().any(set) && !self.to_clear(data).is_empty()
+    }
+
+    /// The `clear_status` fields that hold something to clear now: set,
+    /// and for a list of conditions, one of them False. CAPO v0.15 answers
+    /// every status write with a True condition of its own
+    /// (OpenStackAuthenticationSucceeded), which is nothing to clear: read
+    /// as a failure it made remedy clear again and again.
+    pub fn to_clear(&self, data: &Value) -> Vec<String> {
+        self.remediation
+            .clear_status
+            .iter()
+            .filter(|p| data.pointer(p).is_some_and(failing_value))
+            .cloned()
+            .collect()
     }
 
     /// Whether the object itself counts failures (brupop); otherwise remedy
@@ -214,4 +228,22 @@ fn conditions(v: &Value) -> Option<Vec<ConditionView>> {
         });
     }
     Some(out)
+}
+
+/// A status value worth clearing: anything set, except a list of
+/// conditions none of which is False.
+fn failing_value(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Array(items)
+            if !items.is_empty()
+                && items
+                    .iter()
+                    .all(|c| c.get("type").is_some() && c.get("status").is_some()) =>
+        {
+            items.iter().any(|c| c["status"] == "False")
+        }
+        Value::Array(items) => !items.is_empty(),
+        _ => true,
+    }
 }
