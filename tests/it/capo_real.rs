@@ -1547,11 +1547,12 @@ mod v015 {
     /// condition carries the 503, a transient failure in domain `none`),
     /// keeps Ready False/InstanceStateError, so CAPO never reconciles it
     /// again and it never follows its ACTIVE server (the built-in clears
-    /// only failure fields); and the release clears the server's
-    /// conditions 2-17 times (0.4 s or so), because CAPO v0.15 writes its
-    /// OpenStackAuthenticationSucceeded condition on every reconcile, the
-    /// paused ones included (`openstackserver_controller.go:134-138`, before
-    /// the pause check at `:147-152`; the deferred patch at `:106-121`).
+    /// only failure fields). The release cleared the server's conditions
+    /// 2-17 times (0.4 s or so) before ff0b844, because CAPO v0.15 writes
+    /// its OpenStackAuthenticationSucceeded condition on every reconcile,
+    /// the paused ones included (`openstackserver_controller.go:134-138`,
+    /// before the pause check at `:147-152`; the deferred patch at
+    /// `:106-121`); a True condition is nothing to clear now (1 clear).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn remedy_holds_a_v015_server_whose_create_got_a_503_and_capo_creates_it_again() {
         const HELD_OUTAGE: Duration = Duration::from_secs(10);
