@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
                 if dedupe.check(&a.fingerprint, a.status, a.starts_at, now)
                     == remedy::signals::Delivery::New
                 {
-                    dedupe.record(&a.fingerprint, a.status, a.starts_at, now);
+                    dedupe.remember(&a.fingerprint, a.status, a.starts_at, now);
                     assert_ne!(
                         dedupe.check(&a.fingerprint, a.status, a.starts_at, now),
                         remedy::signals::Delivery::New
