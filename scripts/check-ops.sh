@@ -441,7 +441,8 @@ policy = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"
 var = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
 # The lists are CEL list/map literals of strings and ints, which Python reads too.
 pause = set(ast.literal_eval(var["pauseAnnotations"]))
-clearable = set(ast.literal_eval(var["clearableStatus"]))
+clearable = set(ast.literal_eval(var["baseClearableStatus"]))
+by_resource = ast.literal_eval(var["clearableByResource"])
 resettable = ast.literal_eval(var["resettableStatus"])
 nested = {"/status/deprecated/v1beta1/failureReason", "/status/deprecated/v1beta1/failureMessage"}
 skip = ast.literal_eval(var["skipKey"])
@@ -456,9 +457,11 @@ for p in profiles:
     s = rem.get("skip_remediation_annotation")
     if s and s != skip:
         errors.append(f"{p['name']}: skip-remediation {s} is not skipKey {skip}")
+    plural = p.get("plural") or p["kind"].lower() + "s"
+    allowed = clearable | set(by_resource.get(plural, []))
     for path in rem.get("clear_status", []):
         top = path.split("/")[2]
-        if path not in nested and not (path.count("/") == 2 and top in clearable):
+        if path not in nested and not (path.count("/") == 2 and top in allowed):
             errors.append(f"{p['name']}: clear_status {path} not allowed by the policy")
     for r in rem.get("reset_status", []):
         top = r["path"].split("/")[2]
