@@ -138,26 +138,27 @@ impl Store {
         let Some(before) = self.get(key).map(|e| counters(&e.view)) else {
             return;
         };
-        let mut r = self.resets.locked();
-        r.expect(key.clone(), before, self.origin.elapsed());
-        self.watching.store(!r.is_empty(), Ordering::Relaxed);
+        let now = self.origin.elapsed();
+        self.with_resets(|r| r.expect(key.clone(), before, now));
     }
 
     /// The reset of `key` was not written after all.
     pub fn forget_reset(&self, key: &ResourceKey) {
-        let mut r = self.resets.locked();
-        r.forget(key);
-        self.watching.store(!r.is_empty(), Ordering::Relaxed);
+        self.with_resets(|r| r.forget(key));
     }
 
     /// Resets undone by a stale write since the last call.
     pub fn take_undone(&self) -> Vec<(ResourceKey, Undone)> {
-        {
-            let mut r = self.resets.locked();
-            r.expire(self.origin.elapsed());
-            self.watching.store(!r.is_empty(), Ordering::Relaxed);
-        }
+        let now = self.origin.elapsed();
+        self.with_resets(|r| r.expire(now));
         std::mem::take(&mut *self.undone.locked())
+    }
+
+    /// Changes the watched resets and keeps `watching` in step with them.
+    fn with_resets(&self, f: impl FnOnce(&mut Resets<ResourceKey>)) {
+        let mut r = self.resets.locked();
+        f(&mut r);
+        self.watching.store(!r.is_empty(), Ordering::Relaxed);
     }
 
     pub fn profiles(&self) -> &[Profile] {

@@ -143,7 +143,7 @@ impl Profile {
     pub fn clearable(&self, data: &Value) -> bool {
         let set = |p: &String| data.pointer(p).is_some_and(|v| !v.is_null());
         let r = &self.remediation;
-        !r.keep_if_set.iter().any(set) && !self.to_clear(data).is_empty()
+        !r.keep_if_set.iter().any(set) && self.clear_paths(data).next().is_some()
     }
 
     /// The `clear_status` fields that hold something to clear now: set,
@@ -152,12 +152,16 @@ impl Profile {
     /// (OpenStackAuthenticationSucceeded), which is nothing to clear: read
     /// as a failure it made remedy clear again and again.
     pub fn to_clear(&self, data: &Value) -> Vec<String> {
+        self.clear_paths(data).cloned().collect()
+    }
+
+    /// [`Self::to_clear`] without copying: `clearable` runs on every
+    /// projected object.
+    fn clear_paths<'a>(&'a self, data: &'a Value) -> impl Iterator<Item = &'a String> + 'a {
         self.remediation
             .clear_status
             .iter()
             .filter(|p| data.pointer(p).is_some_and(failing_value))
-            .cloned()
-            .collect()
     }
 
     /// Whether the object itself counts failures (brupop); otherwise remedy
