@@ -26,6 +26,7 @@ mod leader;
 mod listener;
 mod node;
 mod node_capi;
+mod node_prometheus_operator;
 mod opt_out;
 mod otlp;
 mod pause_switch;

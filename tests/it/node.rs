@@ -23,10 +23,10 @@
 use crate::support::node::Node;
 use std::time::Instant;
 
-const NS: &str = "remedy-system";
+pub(crate) const NS: &str = "remedy-system";
 
 /// The token Secret the Deployment mounts (the overlays' README step).
-fn webhook_token(node: &Node) {
+pub(crate) fn webhook_token(node: &Node) {
     node.kubectl(&[
         "-n",
         NS,
@@ -40,7 +40,7 @@ fn webhook_token(node: &Node) {
 
 /// Namespaces the rendered objects live in, created first (a real
 /// cluster has them; `standalone-namespaced` binds Events in two).
-fn namespaces_of(overlay: &str) -> Vec<String> {
+pub(crate) fn namespaces_of(overlay: &str) -> Vec<String> {
     let mut ns: Vec<String> = crate::deploy::render(overlay)
         .into_iter()
         .filter_map(|o| o.metadata.namespace)
@@ -62,7 +62,7 @@ pub(crate) struct Form<'a> {
     pub(crate) scheme: &'a str,
 }
 
-const STANDALONE: Form = Form {
+pub(crate) const STANDALONE: Form = Form {
     ns: NS,
     deployment: "remedy",
     selector: "app.kubernetes.io/name=remedy",
@@ -369,12 +369,9 @@ fn the_sidecar_overlay_runs_ready_and_leading_in_the_controller_pod() {
     assert_running(&mut node, path, applied, &form);
 }
 
-#[test]
-fn the_helm_chart_runs_ready_and_leading_on_a_real_node() {
-    let Some(mut node) = Node::start() else {
-        return;
-    };
-    let applied = Instant::now();
+/// `helm install remedy deploy/helm/remedy -n remedy-system` with `extra`
+/// arguments, on the node's cluster.
+pub(crate) fn helm_install(node: &Node, extra: &[&str]) {
     let helm = crate::helm::helm();
     let out = std::process::Command::new(&helm)
         .args([
@@ -385,6 +382,7 @@ fn the_helm_chart_runs_ready_and_leading_on_a_real_node() {
             NS,
             "--create-namespace",
         ])
+        .args(extra)
         .arg("--kubeconfig")
         .arg(&node.kubeconfig)
         .current_dir(crate::support::repo())
@@ -396,6 +394,15 @@ fn the_helm_chart_runs_ready_and_leading_on_a_real_node() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn the_helm_chart_runs_ready_and_leading_on_a_real_node() {
+    let Some(mut node) = Node::start() else {
+        return;
+    };
+    let applied = Instant::now();
+    helm_install(&node, &[]);
     assert_running(&mut node, "the Helm chart", applied, &STANDALONE);
 }
 

@@ -221,7 +221,7 @@ fn webhook_cert_secret(node: &Node) {
     ]);
 }
 
-fn curl(url: &str) -> Result<String, String> {
+pub(crate) fn curl(url: &str) -> Result<String, String> {
     let out = std::process::Command::new("curl")
         .args(["-sS", "-f", "--max-time", "5", url])
         .output()
