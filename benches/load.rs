@@ -24,7 +24,7 @@ use remedy::daemon::store::Store;
 use remedy::metrics::Metrics;
 use remedy::model::backoff::BackoffPolicy;
 use remedy::model::classify::{Classifier, default_rules};
-use remedy::model::profile::builtin;
+use remedy::model::profile::{Profile, builtin};
 use remedy::model::view::ResourceKey;
 use remedy::signals::{Dedupe, WebhookState, router};
 use serde_json::json;
@@ -650,20 +650,19 @@ impl Templates {
 fn handle(
     store: &Store,
     metrics: &Metrics,
-    profile: usize,
+    (profile, kind): (usize, &str),
     stream: &str,
     seen: &mut HashSet<ResourceKey>,
     ev: Event<DynamicObject>,
     apply_times: &mut Vec<Duration>,
 ) {
-    let kind = store.profiles()[profile].kind.clone();
     match ev {
         Event::Init => {
-            metrics.watch_event(&kind, "init");
+            metrics.watch.event(kind, "init");
             seen.clear();
         }
         Event::InitApply(obj) => {
-            metrics.watch_event(&kind, "init_apply");
+            metrics.watch.event(kind, "init_apply");
             let t = Instant::now();
             let k = store.apply(profile, &obj);
             apply_times.push(t.elapsed());
@@ -672,19 +671,19 @@ fn handle(
             }
         }
         Event::InitDone => {
-            metrics.watch_event(&kind, "init_done");
-            store.retain_seen(&kind, None, seen);
+            metrics.watch.event(kind, "init_done");
+            store.retain_seen(kind, None, seen);
             *seen = HashSet::new();
             store.mark_synced(stream);
         }
         Event::Apply(obj) => {
-            metrics.watch_event(&kind, "apply");
+            metrics.watch.event(kind, "apply");
             let t = Instant::now();
             store.apply(profile, &obj);
             apply_times.push(t.elapsed());
         }
         Event::Delete(obj) => {
-            metrics.watch_event(&kind, "delete");
+            metrics.watch.event(kind, "delete");
             if let Some(k) = store.key(profile, &obj) {
                 store.remove(&k);
             }
@@ -699,14 +698,14 @@ fn fleet(scenario: &str) -> BenchResult<()> {
         "failing" => 1,
         other => return Err(format!("unknown scenario {other}")),
     };
-    let profiles = vec![
+    let profiles: Arc<[Profile]> = Arc::from(vec![
         builtin("capi-machine").map_err(err)?,
         builtin("openstack-machine").map_err(err)?,
-    ];
+    ]);
     let classifier = Classifier::new(&default_rules()).map_err(err)?;
     let metrics = Arc::new(Metrics::new(size().objects));
     let store = Store::new(
-        profiles,
+        profiles.clone(),
         classifier,
         BackoffPolicy::default(),
         metrics.clone(),
@@ -745,7 +744,7 @@ fn fleet(scenario: &str) -> BenchResult<()> {
             handle(
                 &store,
                 &metrics,
-                profile,
+                (profile, &profiles[profile].kind),
                 stream,
                 &mut seen,
                 ev,
@@ -764,7 +763,7 @@ fn fleet(scenario: &str) -> BenchResult<()> {
             handle(
                 &store,
                 &metrics,
-                profile,
+                (profile, &profiles[profile].kind),
                 "",
                 &mut seen,
                 Event::Apply(o),
@@ -779,7 +778,7 @@ fn fleet(scenario: &str) -> BenchResult<()> {
         "{:<28} {:>8} {:>8} {:>10} {:>10} {:>12.0} {:>10} {:>10} {:>10}",
         format!("{scenario} (1 in {failing_every} failing)"),
         store.len(),
-        metrics.tracked_series(),
+        metrics.series.count(),
         rss_before,
         rss_after,
         growth,
@@ -870,7 +869,7 @@ fn metrics_encode(metrics: &Arc<Metrics>) -> BenchResult<()> {
     println!(
         "{:<28} {:>8} {:>10} {:>10} {:>10} {:>12} {:>9.1} MiB",
         "Metrics::encode",
-        metrics.tracked_series() * 2,
+        metrics.series.count() * 2,
         size().encode_runs,
         ms(quantile(&times, 500)),
         ms(quantile(&times, 990)),
@@ -880,7 +879,7 @@ fn metrics_encode(metrics: &Arc<Metrics>) -> BenchResult<()> {
     println!(
         "{:<28} {:>8} {:>10} {:>10} {:>10} {:>12}",
         "GET /metrics over loopback",
-        metrics.tracked_series() * 2,
+        metrics.series.count() * 2,
         size().http_runs,
         ms(quantile(&http, 500)),
         ms(quantile(&http, 990)),

@@ -11,6 +11,7 @@ use crate::daemon::store::Store;
 use crate::daemon::tls::{self, TlsError};
 use crate::daemon::watch;
 use crate::metrics::Metrics;
+use crate::model::profile::Profile;
 use crate::record::configmap::RecordApi;
 use crate::signals::SignalError;
 use crate::signals::dedupe::Dedupe;
@@ -111,8 +112,8 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     let tls = v.config.tls.as_ref().map(tls::load).transpose()?;
     let metrics = Arc::new(Metrics::new(v.config.max_resource_series));
     let client = crate::kube_client_observed(crate::daemon::slowdown::layer::Observer {
-        throttled: metrics.apiserver_throttled.clone(),
-        backoff: metrics.apiserver_backoff.clone(),
+        throttled: metrics.apiserver.throttled.clone(),
+        backoff: metrics.apiserver.backoff.clone(),
     })
     .await?;
     App::build(v, tls, client, metrics).await?.run().await
@@ -157,8 +158,9 @@ impl App {
                 reload_certificates(t.certs.clone(), metrics.clone(), cfg.reload_interval, seen),
             );
         }
+        let profiles: Arc<[Profile]> = Arc::from(v.profiles.clone());
         let store = Arc::new(Store::new(
-            v.profiles.clone(),
+            profiles.clone(),
             v.classifier,
             cfg.backoff.clone(),
             metrics.clone(),
@@ -230,7 +232,17 @@ impl App {
                     None => format!("watch {}", p.kind),
                     Some(ns) => format!("watch {} in {ns}", p.kind),
                 };
-                tasks.add(name, watch::run(client.clone(), store.clone(), i, ns, list));
+                tasks.add(
+                    name,
+                    watch::run(
+                        client.clone(),
+                        store.clone(),
+                        (i, profiles[i].clone()),
+                        metrics.clone(),
+                        ns,
+                        list,
+                    ),
+                );
             }
         }
 
@@ -270,6 +282,8 @@ impl App {
         let engine = Engine::new(
             &cfg,
             Deps {
+                profiles: profiles.clone(),
+                metrics: metrics.clone(),
                 store: store.clone(),
                 executor,
                 verifier,
@@ -378,7 +392,10 @@ async fn ready_gauge(readiness: Arc<WatchReadiness>, metrics: Arc<Metrics>, tick
     let mut every = tokio::time::interval(tick);
     loop {
         every.tick().await;
-        metrics.ready.set(i64::from(readiness.check().is_ok()));
+        metrics
+            .process
+            .ready
+            .set(i64::from(readiness.check().is_ok()));
     }
 }
 
@@ -423,7 +440,7 @@ async fn reload_certificates(
             }
         };
         metrics
-            .tls_reloads
+            .http.tls_reloads
             .get_or_create(&crate::metrics::ResultLabels { result })
             .inc();
     })
@@ -441,8 +458,8 @@ fn check_certificate(
     last: Option<tls::Validity>,
 ) -> tls::Validity {
     let (not_before, not_after) = (certs.not_before(), certs.not_after());
-    metrics.tls_expiry.set(not_after.unwrap_or(0));
-    metrics.tls_not_before.set(not_before.unwrap_or(0));
+    metrics.http.tls_expiry.set(not_after.unwrap_or(0));
+    metrics.http.tls_not_before.set(not_before.unwrap_or(0));
     let now = chrono::Utc::now().timestamp();
     let validity = tls::validity(not_before, not_after, now);
     if validity.is_problem() && last != Some(validity) {

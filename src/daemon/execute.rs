@@ -205,11 +205,11 @@ impl Executor {
                 Ok(s) => s,
                 Err(done) => {
                     if done == Done::ForeignPause && steps.is_empty() {
-                        self.metrics.action(goal.label(), "skipped");
+                        self.metrics.actions.count(goal.label(), "skipped");
                         tracing::info!(resource = %key, goal = goal.label(), "paused by someone else: not touching it");
                     }
                     if done == Done::Replaced && steps.is_empty() {
-                        self.metrics.action(goal.label(), "skipped");
+                        self.metrics.actions.count(goal.label(), "skipped");
                         tracing::info!(resource = %key, goal = goal.label(), "its owner is replacing it (hold.not_while): a pause would not stop that; not holding it");
                     }
                     return Ok(Outcome {
@@ -222,7 +222,7 @@ impl Executor {
             if self.dry_run {
                 let (planned, done) = step::all_steps(profile, &obj, goal);
                 for s in &planned {
-                    self.metrics.action(s.action(goal), "dry_run");
+                    self.metrics.actions.count(s.action(goal), "dry_run");
                 }
                 tracing::info!(resource = %key, goal = goal.label(), steps = ?planned, "dry run: would write");
                 return Ok(Outcome {
@@ -232,7 +232,7 @@ impl Executor {
                 });
             }
             if steps.len() >= MAX_STEPS {
-                self.metrics.action(goal.label(), "gave_up");
+                self.metrics.actions.count(goal.label(), "gave_up");
                 tracing::warn!(resource = %key, goal = goal.label(), ?step, writes = steps.len(), "goal does not converge: something writes back what remedy clears; giving up until its retry");
                 self.warn(
                     profile,
@@ -255,13 +255,13 @@ impl Executor {
             // Checked right before writing: the lease may have moved while
             // we waited for the limiter.
             if !self.leader.is_leader() {
-                self.metrics.action(step.action(goal), "not_leader");
+                self.metrics.actions.count(step.action(goal), "not_leader");
                 return Err(ExecError::NotLeader { key: key.clone() });
             }
             // The pause switch stops a goal between two of its writes: what
             // it already wrote stays (a hold stays held).
             if self.pause.as_ref().is_some_and(|p| p.is_paused()) {
-                self.metrics.action(step.action(goal), "paused");
+                self.metrics.actions.count(step.action(goal), "paused");
                 return Err(ExecError::Paused { key: key.clone() });
             }
             let started = Instant::now();
@@ -277,12 +277,13 @@ impl Executor {
                 .await;
             let action = step.action(goal);
             self.metrics
-                .action_duration
+                .actions
+                .duration
                 .get_or_create(&ActionKindLabels { action })
                 .observe(started.elapsed().as_secs_f64());
             match res {
                 Ok(updated) => {
-                    self.metrics.action(action, "success");
+                    self.metrics.actions.count(action, "success");
                     tracing::info!(resource = %key, goal = goal.label(), action, "done");
                     self.event(profile, &updated, goal, step).await;
                     steps.push(step);
@@ -297,7 +298,7 @@ impl Executor {
                     }
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    self.metrics.action(action, "conflict");
+                    self.metrics.actions.count(action, "conflict");
                     conflicts += 1;
                     tracing::debug!(resource = %key, action, conflicts, "conflict; re-reading");
                     if conflicts >= MAX_CONFLICTS {
@@ -309,13 +310,13 @@ impl Executor {
                     // still there means the CRD has no status subresource:
                     // a configuration error, not a finished goal.
                     if step.is_status() && matches!(api.get_opt(&key.name).await, Ok(Some(_))) {
-                        self.metrics.action(action, "no_status_subresource");
+                        self.metrics.actions.count(action, "no_status_subresource");
                         return Err(ExecError::NoStatusSubresource {
                             key: key.clone(),
                             source: Box::new(kube::Error::Api(s)),
                         });
                     }
-                    self.metrics.action(action, "skipped");
+                    self.metrics.actions.count(action, "skipped");
                     return Ok(Outcome {
                         steps,
                         done: Done::Complete,
@@ -324,7 +325,7 @@ impl Executor {
                 }
                 Err(e) => {
                     let err = self.classify_err(key, e);
-                    self.metrics.action(action, err.label());
+                    self.metrics.actions.count(action, err.label());
                     return Err(err);
                 }
             }
@@ -341,17 +342,17 @@ impl Executor {
         let body = serde_json::json!({"metadata": {"annotations": {RESUMED_ANNOTATION: at}}});
         for key in keys {
             if self.dry_run {
-                self.metrics.action(RESUME, "dry_run");
+                self.metrics.actions.count(RESUME, "dry_run");
                 tracing::info!(resource = %key, %released, "dry run: would touch it to resume it");
                 continue;
             }
             self.limiter.acquire().await;
             if !self.leader.is_leader() {
-                self.metrics.action(RESUME, "not_leader");
+                self.metrics.actions.count(RESUME, "not_leader");
                 return;
             }
             if self.pause.as_ref().is_some_and(|p| p.is_paused()) {
-                self.metrics.action(RESUME, "paused");
+                self.metrics.actions.count(RESUME, "paused");
                 return;
             }
             let api = self.api(profile, key);
@@ -363,7 +364,7 @@ impl Executor {
                 .await;
             match res {
                 Ok(obj) => {
-                    self.metrics.action(RESUME, "success");
+                    self.metrics.actions.count(RESUME, "success");
                     tracing::info!(resource = %key, %released, "touched: its controller reconciles it now that the hold is gone");
                     let note = format!(
                         "remedy removed its hold on {} {}: touched so its controller reconciles now, not at its resync",
@@ -373,11 +374,11 @@ impl Executor {
                         .await;
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {
-                    self.metrics.action(RESUME, "skipped");
+                    self.metrics.actions.count(RESUME, "skipped");
                 }
                 Err(e) => {
                     let err = self.classify_err(key, e);
-                    self.metrics.action(RESUME, err.label());
+                    self.metrics.actions.count(RESUME, err.label());
                     tracing::warn!(error = %err, %released, "could not touch it after the hold went: its controller reconciles it at its resync");
                 }
             }

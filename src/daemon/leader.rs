@@ -373,10 +373,10 @@ pub async fn start(
     tasks: &mut crate::supervise::Tasks,
 ) -> Result<Leadership, LeaderError> {
     if !cfg.enabled {
-        metrics.leader.set(1);
+        metrics.process.leader.set(1);
         return Ok(Leadership::fixed(true));
     }
-    metrics.leader.set(0);
+    metrics.process.leader.set(0);
     let timing = Timing::for_lease(cfg.lease_duration);
     let params = ManagerParams {
         client: client.clone(),
@@ -506,7 +506,7 @@ async fn elect(
         match exit {
             Exit::Release(done) => {
                 confirmer.notify_one();
-                metrics.leader.set(0);
+                metrics.process.leader.set(0);
                 match ended {
                     Ok(Ok(Ok(_))) => tracing::info!(identity, "lease released"),
                     Ok(Ok(Err(e))) => {
@@ -527,7 +527,7 @@ async fn elect(
                 // The lease task ended: stop acting rather than guess.
                 confirmer.notify_one();
                 leadership.with_claim(|h| h.set_elected(false));
-                metrics.leader.set(0);
+                metrics.process.leader.set(0);
                 tracing::error!(identity, "lease manager stopped; acting as follower");
                 return;
             }
@@ -652,7 +652,7 @@ fn report(
     shown: &mut Option<&'static str>,
 ) {
     let verdict = leadership.role(Instant::now());
-    metrics.leader.set(i64::from(verdict.is_leader()));
+    metrics.process.leader.set(i64::from(verdict.is_leader()));
     if *shown == Some(verdict.label()) {
         return;
     }

@@ -210,6 +210,7 @@ impl PauseSwitch {
             ),
         };
         self.metrics
+            .process
             .pause_reads
             .get_or_create(&ResultLabels { result })
             .inc();
@@ -227,7 +228,7 @@ impl PauseSwitch {
                     }
                     _ => {}
                 }
-                self.metrics.paused.set(i64::from(next.is_some()));
+                self.metrics.process.paused.set(i64::from(next.is_some()));
                 *self.state.locked() = next;
             }
             Err(e) => {

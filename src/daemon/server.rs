@@ -89,11 +89,11 @@ async fn healthz(State(s): State<Http>) -> Response {
 async fn readyz(State(s): State<Http>) -> Response {
     match s.readiness.check() {
         Ok(notes) => {
-            s.metrics.ready.set(1);
+            s.metrics.process.ready.set(1);
             (StatusCode::OK, listing("ready", "degraded: ", notes)).into_response()
         }
         Err(reasons) => {
-            s.metrics.ready.set(0);
+            s.metrics.process.ready.set(0);
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 listing("not ready:", "", reasons),
@@ -161,7 +161,7 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
-            metrics.http_connections_refused.inc();
+            metrics.http.refused.inc();
             tracing::debug!(%peer, "connection limit reached: connection closed");
             continue;
         };
@@ -181,7 +181,7 @@ pub async fn serve(
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            conn.metrics.http_connections.inc();
+            conn.metrics.http.connections.inc();
             let _open = OpenGuard(conn.metrics.clone());
             match acceptor {
                 None => conn.run(tcp).await,
@@ -210,7 +210,7 @@ struct OpenGuard(Arc<Metrics>);
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
-        self.0.http_connections.dec();
+        self.0.http.connections.dec();
     }
 }
 
@@ -225,7 +225,8 @@ struct Conn {
 
 fn count_timeout(metrics: &Metrics, timeout: &'static str) {
     metrics
-        .http_timeouts
+        .http
+        .timeouts
         .get_or_create(&TimeoutLabels { timeout })
         .inc();
 }
@@ -434,7 +435,8 @@ mod tests {
     }
 
     fn timeouts(m: &Metrics, timeout: &'static str) -> u64 {
-        m.http_timeouts
+        m.http
+            .timeouts
             .get_or_create(&TimeoutLabels { timeout })
             .get()
     }
@@ -452,18 +454,18 @@ mod tests {
         }
         // Let the server accept both before the third arrives.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(metrics.http_connections.get(), 2);
+        assert_eq!(metrics.http.connections.get(), 2);
         let mut third = TcpStream::connect(addr).await.expect("connect");
         let answer = closed_within(&mut third, Duration::from_secs(2)).await;
         assert_eq!(answer.as_deref(), Some(""), "closed without an answer");
-        assert_eq!(metrics.http_connections_refused.get(), 1);
+        assert_eq!(metrics.http.refused.get(), 1);
         drop(held);
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(
             healthz(addr).await.ends_with("ok\n"),
             "a slot is free again"
         );
-        assert_eq!(metrics.http_connections_refused.get(), 1);
+        assert_eq!(metrics.http.refused.get(), 1);
     }
 
     #[tokio::test]

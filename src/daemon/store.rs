@@ -61,7 +61,7 @@ struct Inner {
 }
 
 pub struct Store {
-    profiles: Vec<Profile>,
+    profiles: Arc<[Profile]>,
     classifier: Classifier,
     backoff: BackoffPolicy,
     metrics: Arc<Metrics>,
@@ -85,14 +85,15 @@ pub struct Store {
 
 impl Store {
     pub fn new(
-        profiles: Vec<Profile>,
+        profiles: Arc<[Profile]>,
         classifier: Classifier,
         backoff: BackoffPolicy,
         metrics: Arc<Metrics>,
     ) -> Self {
-        for p in &profiles {
+        for p in profiles.iter() {
             for state in STATES {
                 metrics
+                    .engine
                     .resources
                     .get_or_create(&KindStateLabels {
                         kind: p.kind.clone(),
@@ -101,12 +102,14 @@ impl Store {
                     .set(0);
             }
             metrics
+                .engine
                 .transient_ratio
                 .get_or_create(&KindLabels {
                     kind: p.kind.clone(),
                 })
                 .set(0.0);
             metrics
+                .engine
                 .held
                 .get_or_create(&KindLabels {
                     kind: p.kind.clone(),
@@ -159,18 +162,6 @@ impl Store {
         let mut r = self.resets.locked();
         f(&mut r);
         self.watching.store(!r.is_empty(), Ordering::Relaxed);
-    }
-
-    pub fn profiles(&self) -> &[Profile] {
-        &self.profiles
-    }
-
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
-    pub fn backoff(&self) -> &BackoffPolicy {
-        &self.backoff
     }
 
     /// The record of remedy's writes.
@@ -283,7 +274,7 @@ impl Store {
         let old = inner.entries.remove(key)?;
         self.own.forget(key);
         Self::count(&mut inner, &key.kind, old.state(), -1);
-        self.metrics.remove_resource(key);
+        self.metrics.series.remove(key);
         self.kind_gauges(&inner, &key.kind);
         Some(old)
     }
@@ -366,6 +357,7 @@ impl Store {
             let n = get(state);
             total += n;
             self.metrics
+                .engine
                 .resources
                 .get_or_create(&KindStateLabels {
                     kind: kind.to_string(),
@@ -381,8 +373,12 @@ impl Store {
         } else {
             0.0
         };
-        self.metrics.transient_ratio.get_or_create(&kl).set(ratio);
-        self.metrics.held.get_or_create(&kl).set(get("held"));
+        self.metrics
+            .engine
+            .transient_ratio
+            .get_or_create(&kl)
+            .set(ratio);
+        self.metrics.engine.held.get_or_create(&kl).set(get("held"));
     }
 
     fn resource_series(&self, key: &ResourceKey, e: &Entry) {
@@ -392,9 +388,9 @@ impl Store {
             // shadows are retried after 2^n + 1 whole minutes, not 60 s·2^n.
             let model = self.profiles.get(e.profile).and_then(|p| p.backoff);
             let delay = self.backoff.effective(model).delay(crashes).as_secs_f64();
-            self.metrics.set_resource(key, i64::from(crashes), delay);
+            self.metrics.series.set(key, i64::from(crashes), delay);
         } else {
-            self.metrics.remove_resource(key);
+            self.metrics.series.remove(key);
         }
     }
 
@@ -423,8 +419,8 @@ impl Store {
             return;
         }
         let (family, reason) = match &new.verdict {
-            Verdict::Transient { reason } => (&self.metrics.transient_errors, reason),
-            Verdict::Terminal { reason, .. } => (&self.metrics.terminal_errors, reason),
+            Verdict::Transient { reason } => (&self.metrics.engine.transient_errors, reason),
+            Verdict::Terminal { reason, .. } => (&self.metrics.engine.terminal_errors, reason),
             _ => return,
         };
         family
@@ -459,7 +455,8 @@ mod tests {
     }
 
     fn errors(s: &Store, reason: &str) -> u64 {
-        s.metrics()
+        s.metrics
+            .engine
             .transient_errors
             .get_or_create(&ErrorLabels {
                 namespace: "ns".into(),
@@ -543,7 +540,8 @@ mod tests {
             "after the grace they count"
         );
         let not_found = |s: &Store| {
-            s.metrics()
+            s.metrics
+                .engine
                 .terminal_errors
                 .get_or_create(&ErrorLabels {
                     namespace: "ns".into(),
@@ -574,7 +572,8 @@ mod tests {
             .unwrap()
         };
         let crash_loops = |s: &Store| {
-            s.metrics()
+            s.metrics
+                .engine
                 .transient_errors
                 .get_or_create(&ErrorLabels {
                     namespace: "ns".into(),

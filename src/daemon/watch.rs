@@ -12,6 +12,7 @@
 //! of starting the same paginated list over and over.
 
 use crate::daemon::store::Store;
+use crate::metrics::Metrics;
 use crate::model::profile::Profile;
 use crate::model::view::ResourceKey;
 use futures::StreamExt;
@@ -168,15 +169,14 @@ pub fn error_type(e: &watcher::Error) -> &'static str {
 pub async fn run(
     client: Client,
     store: Arc<Store>,
-    profile: usize,
+    (profile, p): (usize, Profile),
+    metrics: Arc<Metrics>,
     namespace: Option<String>,
     mut list: InitialList,
 ) {
-    let p = store.profiles()[profile].clone();
     let ns = namespace.as_deref();
     let id = stream_id(&p, ns);
     let kind = p.kind.clone();
-    let metrics = store.metrics().clone();
     let mut seen: HashSet<ResourceKey> = HashSet::new();
     tracing::info!(stream = %id, api_version = %p.api_version(), initial_list = list.as_str(), label_selector = p.label_selector.as_deref().unwrap_or(""), "watch starting");
     // A new watcher starts with `Init`, which resets `seen`, and its
@@ -194,17 +194,17 @@ pub async fn run(
         while let Some(ev) = events.next().await {
             match ev {
                 Ok(Event::Init) => {
-                    metrics.watch_event(&kind, "init");
+                    metrics.watch.event(&kind, "init");
                     seen.clear();
                 }
                 Ok(Event::InitApply(obj)) => {
-                    metrics.watch_event(&kind, "init_apply");
+                    metrics.watch.event(&kind, "init_apply");
                     if let Some(k) = store.apply(profile, &obj) {
                         seen.insert(k);
                     }
                 }
                 Ok(Event::InitDone) => {
-                    metrics.watch_event(&kind, "init_done");
+                    metrics.watch.event(&kind, "init_done");
                     store.retain_seen(&kind, ns, &seen);
                     seen = HashSet::new();
                     if !store.is_synced(&id) {
@@ -212,16 +212,17 @@ pub async fn run(
                     }
                     store.mark_synced(&id);
                     metrics
-                        .watch_synced
+                        .watch
+                        .synced
                         .get_or_create(&crate::metrics::KindLabels { kind: kind.clone() })
                         .set(1);
                 }
                 Ok(Event::Apply(obj)) => {
-                    metrics.watch_event(&kind, "apply");
+                    metrics.watch.event(&kind, "apply");
                     store.apply(profile, &obj);
                 }
                 Ok(Event::Delete(obj)) => {
-                    metrics.watch_event(&kind, "delete");
+                    metrics.watch.event(&kind, "delete");
                     if let Some(k) = store.key(profile, &obj) {
                         store.remove(&k);
                     }
@@ -232,7 +233,7 @@ pub async fn run(
                     // A server refusing streaming lists answered a capability
                     // question: no error to count. An expired page is counted.
                     if !(list == InitialList::Streaming && next.is_some()) {
-                        metrics.watch_event(&kind, t);
+                        metrics.watch.event(&kind, t);
                     }
                     if let Some(next) = next {
                         tracing::info!(stream = %id, error = %e, from = list.as_str(), to = next.as_str(), "initial list strategy unavailable: switching");

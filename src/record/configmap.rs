@@ -80,7 +80,7 @@ impl RecordApi {
         if text.is_empty() {
             return Ok(Some(Found::new(Record::empty(), rv, uid)));
         }
-        self.metrics.record_bytes.set(text.len() as i64);
+        self.metrics.record.bytes.set(text.len() as i64);
         match Record::decode(text) {
             Ok(r) => Ok(Some(Found::new(r, rv, uid))),
             // Refusing it would refuse every notification until someone
@@ -91,7 +91,8 @@ impl RecordApi {
                 let copy: String = text.chars().take(64 * 1024).collect();
                 tracing::error!(record = %self.name, %rv, error = %why, old_text = %copy, "episode record is corrupt: rewriting it; its old text is in this line");
                 self.metrics
-                    .record_shed
+                    .record
+                    .shed
                     .get_or_create(&crate::metrics::ShedLabels { reason: "corrupt" })
                     .inc();
                 let empty = Record::empty();
@@ -122,7 +123,8 @@ impl RecordApi {
             Err(e) => e.label(),
         };
         self.metrics
-            .record_writes
+            .record
+            .writes
             .get_or_create(&RecordLabels { writer, result })
             .inc();
         outcome
@@ -161,7 +163,7 @@ impl RecordApi {
         };
         match written {
             Ok(cm) => {
-                self.metrics.record_bytes.set(len as i64);
+                self.metrics.record.bytes.set(len as i64);
                 Ok(Some(cm.metadata.resource_version.unwrap_or_default()))
             }
             Err(e) if is_conflict(&e) => Ok(None),

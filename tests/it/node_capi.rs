@@ -289,8 +289,7 @@ fn the_sidecar_component_runs_remedy_beside_the_real_capi_manager_and_its_hold_p
         eprintln!("SKIPPED: {why}");
         return;
     }
-    // The manager's own release's CRDs.
-    let Some(mut node) = Node::start_with_crds(crate::support::CrdSet::CapiV1_12) else {
+    let Some(mut node) = Node::start() else {
         return;
     };
     let archive = bin("capi-manager.oci.tar").display().to_string();

@@ -52,6 +52,7 @@ impl Engine {
 
     pub(super) fn refused(&self, alertname: &str, why: Refusal) {
         self.metrics
+            .signals
             .episodes_refused
             .get_or_create(&EpisodeLabels {
                 alert: alertname.to_string(),

@@ -84,8 +84,7 @@ impl Engine {
     pub fn explain(&self, namespace: &str, kind: &str, name: &str) -> Option<Explanation> {
         let kind = self
             .deps
-            .store
-            .profiles()
+            .profiles
             .iter()
             .find(|p| p.kind.eq_ignore_ascii_case(kind))?
             .kind
@@ -93,8 +92,8 @@ impl Engine {
         let key = ResourceKey::new(&kind, namespace, name);
         let e = self.deps.store.get(&key)?;
         let wall = Utc::now();
-        let profile = self.deps.store.profiles().get(e.profile)?;
-        let backoff = self.deps.store.backoff().effective(profile.backoff);
+        let profile = &self.deps.profiles.get(e.profile)?;
+        let backoff = &self.settings.backoff.effective(profile.backoff);
         let crashes = e.view.crash_count.unwrap_or(0);
         let remaining = backoff.wait(crashes, e.view.failure_time, wall);
         let controller_retries_at = profile

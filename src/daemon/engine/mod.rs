@@ -15,6 +15,7 @@ use crate::decide::recovery;
 use crate::decide::retry::Retries;
 use crate::decide::{ALERT_PREFIX, Action, Context, Core, CoreConfig, Fact};
 use crate::metrics::{EpisodeLabels, KindReasonLabels, Metrics, ScopeLabels};
+use crate::model::backoff::BackoffPolicy;
 use crate::model::classify::Verdict;
 use crate::model::profile::{HELD_WITH_LABEL, HoldMark, Profile};
 use crate::model::scope::{AlertRules, Scope};
@@ -79,6 +80,9 @@ struct State {
 
 /// What the engine works with, built before it (`App::build`).
 pub struct Deps {
+    /// The profiles the store projects objects through, by index.
+    pub profiles: Arc<[Profile]>,
+    pub metrics: Arc<Metrics>,
     pub store: Arc<Store>,
     pub executor: Arc<Executor>,
     /// Verifies alert episodes (`signals.prometheus_url`).
@@ -94,6 +98,7 @@ pub struct Deps {
 /// What the engine reads from the config, once.
 struct Settings {
     alerts: AlertRules,
+    backoff: BackoffPolicy,
     breaker_query: Option<String>,
     settle: Duration,
     controller_grace: Duration,
@@ -124,12 +129,13 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(cfg: &Config, deps: Deps) -> Arc<Self> {
-        let metrics = deps.store.metrics().clone();
-        let streams = crate::daemon::watch::stream_ids(deps.store.profiles(), &cfg.namespaces);
+        let metrics = deps.metrics.clone();
+        let streams = crate::daemon::watch::stream_ids(&deps.profiles, &cfg.namespaces);
         Arc::new(Self {
             deps,
             settings: Settings {
                 alerts: AlertRules::new(cfg.alerts.clone()),
+                backoff: cfg.backoff.clone(),
                 breaker_query: cfg.breaker.query.clone(),
                 settle: cfg.signals.settle,
                 controller_grace: cfg.controller_grace,
@@ -336,7 +342,7 @@ impl Engine {
                 .deps
                 .store
                 .get(&key)
-                .and_then(|e| self.deps.store.profiles().get(e.profile).cloned());
+                .and_then(|e| self.deps.profiles.get(e.profile).cloned());
             if let Some(profile) = profile {
                 // A reset is watched for a stale write that undoes it
                 // (brupop's agent): from before it is written.
@@ -430,13 +436,7 @@ impl Engine {
         let Some(spec) = profile.hold.as_ref().and_then(|h| h.resume.as_ref()) else {
             return;
         };
-        let Some(target) = self
-            .deps
-            .store
-            .profiles()
-            .iter()
-            .find(|p| p.kind == spec.kind)
-        else {
+        let Some(target) = self.deps.profiles.iter().find(|p| p.kind == spec.kind) else {
             return;
         };
         let mut keys = Vec::new();

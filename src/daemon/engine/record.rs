@@ -83,7 +83,8 @@ impl Engine {
         };
         for (scope, why) in shed {
             self.metrics
-                .record_shed
+                .record
+                .shed
                 .get_or_create(&crate::metrics::ShedLabels {
                     reason: why.label(),
                 })

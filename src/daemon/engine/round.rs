@@ -75,8 +75,8 @@ impl Engine {
         leader: bool,
         paused: bool,
     ) -> Seen {
-        let profiles = self.deps.store.profiles();
-        let backoff = self.deps.store.backoff();
+        let profiles = &self.deps.profiles;
+        let backoff = &self.settings.backoff;
         // Firing scopes that select more than their alert's cap hold
         // nothing (counted once, when the episode first goes over). Nor do
         // firing episodes not proven to have fired (taken from the episode
@@ -260,10 +260,12 @@ impl Engine {
                 domain: domain.to_string(),
             };
             self.metrics
+                .engine
                 .breaker_open
                 .get_or_create(&labels)
                 .set(i64::from(state.is_open()));
             self.metrics
+                .engine
                 .release_pace
                 .get_or_create(&labels)
                 .set(st.core.release_rate(domain));
@@ -342,6 +344,7 @@ impl Engine {
                 }
             };
             self.metrics
+                .engine
                 .resets_overwritten
                 .get_or_create(&crate::metrics::KindResultLabels {
                     kind: key.kind.to_string(),
@@ -400,6 +403,7 @@ impl Engine {
             // counted by their actions.
             if action == Action::Release {
                 self.metrics
+                    .engine
                     .releases
                     .get_or_create(&crate::metrics::KindLabels {
                         kind: key.kind.to_string(),
@@ -458,7 +462,9 @@ impl Engine {
                 }
             }
         }
-        self.metrics.set_release_etas(|k| etas.get(k).copied());
+        self.metrics
+            .series
+            .set_release_etas(|k| etas.get(k).copied());
         if leader {
             for (key, why) in lined {
                 waiting.add(&key, why.label());
@@ -479,7 +485,7 @@ impl Engine {
         writing: bool,
         now: Duration,
     ) {
-        let throttled = self.metrics.apiserver_throttled.get();
+        let throttled = self.metrics.apiserver.throttled.get();
         if throttled != st.throttled_seen.0 {
             st.throttled_seen = (throttled, Some(now));
         }
@@ -495,7 +501,7 @@ impl Engine {
     /// The waiting gauges: every watched kind, every reason, zeros
     /// included.
     fn export_waiting(&self, waiting: &Waiting) {
-        for p in self.deps.store.profiles() {
+        for p in self.deps.profiles.iter() {
             use crate::decide::release::WaitReason as W;
             let decided = [W::Breaker, W::Backoff, W::Budget, W::Owner].map(|w| w.label());
             for reason in decided.into_iter().chain(["settle", RETRY]) {
@@ -505,6 +511,7 @@ impl Engine {
                     .copied()
                     .unwrap_or(0);
                 self.metrics
+                    .engine
                     .waiting
                     .get_or_create(&KindReasonLabels {
                         kind: p.kind.clone(),
@@ -525,8 +532,9 @@ impl Engine {
         waiting: BTreeMap<String, String>,
     ) {
         let tokens = st.core.tokens(now);
-        self.metrics.budget_tokens.set(tokens);
+        self.metrics.engine.budget_tokens.set(tokens);
         self.metrics
+            .engine
             .pending_actions
             .set(i64::try_from(self.pending.len()).unwrap_or(i64::MAX));
         st.report = StatusReport {
@@ -549,7 +557,7 @@ impl Engine {
     /// resources in scope held for the alert or failing with something to
     /// clear. Over the alert's `max_resources`: nothing, counted.
     pub(super) fn fix_targets(&self, st: &mut State) {
-        let profiles = self.deps.store.profiles();
+        let profiles = &self.deps.profiles;
         let store = &self.deps.store;
         // The episode record keeps targets; their total is bounded too.
         let room =

@@ -10,7 +10,7 @@ use serde_json::json;
 /// tests see exactly what the tick decides. The client points nowhere.
 pub(super) fn engine(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
     let (e, store) = engine_unsynced(cfg, leader);
-    for s in crate::daemon::watch::stream_ids(store.profiles(), &cfg.namespaces) {
+    for s in crate::daemon::watch::stream_ids(&e.deps.profiles, &cfg.namespaces) {
         store.mark_synced(&s);
     }
     (e, store)
@@ -19,8 +19,9 @@ pub(super) fn engine(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
 /// Before the watches have listed: as right after a start.
 fn engine_unsynced(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
     let metrics = Arc::new(Metrics::new(100));
+    let profiles: Arc<[Profile]> = Arc::from(vec![builtin("openstack-machine").unwrap()]);
     let store = Arc::new(Store::new(
-        vec![builtin("openstack-machine").unwrap()],
+        profiles.clone(),
         crate::testkit::classifier(),
         cfg.backoff.clone(),
         metrics.clone(),
@@ -30,12 +31,14 @@ fn engine_unsynced(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
     let lead = Leadership::fixed(leader);
     let ex = Arc::new(Executor::new(
         client,
-        metrics,
+        metrics.clone(),
         Arc::new(WriteLimiter::new(10.0, 10)),
         lead.clone(),
         false,
     ));
     let deps = Deps {
+        profiles,
+        metrics: metrics.clone(),
         store: store.clone(),
         executor: ex,
         verifier: None,
@@ -123,6 +126,7 @@ async fn breaker_holds_failing_but_never_foreign_paused_or_healthy() {
     store.apply(0, &osm("d", true, json!({CAPI_PAUSED: ""})));
     let pace = |e: &Engine| {
         e.metrics
+            .engine
             .release_pace
             .get_or_create(&ScopeLabels {
                 scope: "cluster",
@@ -260,7 +264,7 @@ async fn a_new_leader_serves_the_full_cooldown_before_releasing_breaker_holds() 
         "no release before the watches have listed: {:?}",
         pending(&e)
     );
-    for s in crate::daemon::watch::stream_ids(store.profiles(), &[]) {
+    for s in crate::daemon::watch::stream_ids(&e.deps.profiles, &[]) {
         store.mark_synced(&s);
     }
     for _ in 0..3 {
@@ -313,6 +317,7 @@ async fn a_verified_episode_remediates_its_targets_once_and_not_later_failures()
 async fn remedy_releases_total_counts_releases_not_remediations() {
     let releases = |e: &Engine| {
         e.metrics
+            .engine
             .releases
             .get_or_create(&crate::metrics::KindLabels {
                 kind: "OpenStackMachine".into(),
@@ -352,6 +357,7 @@ async fn refused_notifications_change_nothing_and_are_counted() {
     }
     let refused = |reason| {
         e.metrics
+            .signals
             .episodes_refused
             .get_or_create(&EpisodeLabels {
                 alert: "CloudAPIDegraded".into(),
@@ -497,6 +503,8 @@ async fn a_failed_recovery_is_retried_after_a_pause_not_every_tick() {
     let e = Engine::new(
         &c,
         Deps {
+            profiles: plain.deps.profiles.clone(),
+            metrics: metrics.clone(),
             store,
             executor: plain.deps.executor.clone(),
             verifier: Some(verifier),
@@ -507,7 +515,8 @@ async fn a_failed_recovery_is_retried_after_a_pause_not_every_tick() {
     );
     let errors = || {
         metrics
-            .signal_queries
+            .signals
+            .queries
             .get_or_create(&crate::metrics::SignalLabels {
                 target: "prometheus",
                 result: "error",
@@ -544,6 +553,7 @@ async fn over_the_episode_bound_new_firing_episodes_are_refused_not_old_ones_evi
     assert_eq!(oldest, Some(base), "firing episodes are kept");
     let full = e
         .metrics
+        .signals
         .episodes_refused
         .get_or_create(&EpisodeLabels {
             alert: "CloudAPIDegraded".into(),

@@ -423,7 +423,7 @@ impl Verifier {
             Err(SignalError::Malformed { .. }) => "malformed",
             Err(_) => "error",
         };
-        self.metrics.signal(target, result);
+        self.metrics.signals.query(target, result);
         self.health
             .observe(target, outcome.map_err(SignalError::label));
         if let Err(e) = outcome {

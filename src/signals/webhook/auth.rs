@@ -236,6 +236,7 @@ pub fn record_reload(metrics: &Metrics, result: &Result<bool, SignalError>, why:
         }
     };
     metrics
+        .signals
         .token_reloads
         .get_or_create(&crate::metrics::ResultLabels { result })
         .inc();

@@ -222,7 +222,7 @@ impl WebhookState {
         }
         let check = self.tokens.check(token.trim_start().as_bytes()).await;
         if let Some(result) = &check.reread {
-            self.metrics.token_rereads.inc();
+            self.metrics.signals.token_rereads.inc();
             record_reload(&self.metrics, result, "unknown_token");
         }
         check.accepted
@@ -257,7 +257,9 @@ impl WebhookState {
                 Ok(()) => {
                     dedupe.remember(&fingerprint, status, starts_at, now);
                     summary.accepted += 1;
-                    self.metrics.webhook(status.as_str(), "accepted");
+                    self.metrics
+                        .signals
+                        .notification(status.as_str(), "accepted");
                 }
                 Err(TrySendError::Full(_)) => return Err(WebhookError::Overloaded(status)),
                 Err(TrySendError::Closed(_)) => return Err(WebhookError::Closed(status)),
@@ -279,12 +281,16 @@ impl WebhookState {
         let status = a.status;
         let Some(alertname) = a.alertname.filter(|n| self.alertnames.contains(n)) else {
             summary.ignored += 1;
-            self.metrics.webhook(status.as_str(), "ignored");
+            self.metrics
+                .signals
+                .notification(status.as_str(), "ignored");
             return None;
         };
         if dedupe.check(&a.fingerprint, status, a.starts_at, now) != Delivery::New {
             summary.duplicate += 1;
-            self.metrics.webhook(status.as_str(), "duplicate");
+            self.metrics
+                .signals
+                .notification(status.as_str(), "duplicate");
             return None;
         }
         Some(AlertEvent {
@@ -333,7 +339,9 @@ impl WebhookState {
         for ev in &fresh {
             dedupe.remember(&ev.fingerprint, ev.status, ev.starts_at, now);
             summary.accepted += 1;
-            self.metrics.webhook(ev.status.as_str(), "accepted");
+            self.metrics
+                .signals
+                .notification(ev.status.as_str(), "accepted");
         }
         Ok(summary)
     }
@@ -424,7 +432,7 @@ async fn notify(State(s): State<Arc<WebhookState>>, req: Request) -> Response {
             .into_response()
         }
         Err(e) => {
-            s.metrics.webhook(e.status_label(), e.label());
+            s.metrics.signals.notification(e.status_label(), e.label());
             // DEBUG: a sender can repeat this thousands of times a second;
             // the summary reports refusals at WARN.
             tracing::debug!(result = e.label(), error = %e, "alertmanager notification refused");
