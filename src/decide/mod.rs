@@ -117,6 +117,9 @@ pub struct Fact {
     /// The owner whose hold it follows (`hold.with_owner`), as
     /// `Kind/name`, while remedy holds that owner; `None` otherwise.
     pub owner_held: Option<Box<str>>,
+    /// Remedy still holds a resource that follows it (`hold.with_owner`):
+    /// it is let go instead of released, and goes once none is left.
+    pub followed_held: bool,
 }
 
 /// What the caller carries out.
@@ -164,6 +167,11 @@ pub struct Decisions<K> {
     pub changed: Vec<(Arc<str>, BreakerState, BreakerState)>,
     /// Domains whose breaker a new leader resumed open, with its holds.
     pub resumed: Vec<(Arc<str>, usize)>,
+    /// Owners due for release or remediation while a resource that follows
+    /// them is still held: the caller stops holding their followers with
+    /// them, which are then released first (CAPO v0.15 copies a server's
+    /// ERROR into its OpenStackMachine if the machine reconciles first).
+    pub letting_go: Vec<K>,
 }
 
 impl<K> Default for Decisions<K> {
@@ -175,6 +183,7 @@ impl<K> Default for Decisions<K> {
             settling: Vec::new(),
             changed: Vec::new(),
             resumed: Vec::new(),
+            letting_go: Vec::new(),
         }
     }
 }
@@ -232,9 +241,10 @@ pub struct Tick<'a, K> {
     candidates: Vec<Asking<K>>,
 }
 
-/// A candidate for release or remediation: what it asks, its domain and
-/// its owner (`budget.per`).
-type Asking<K> = (Candidate<K>, Action, Arc<str>, Option<Arc<str>>);
+/// A candidate for release or remediation: what it asks, its domain, its
+/// owner (`budget.per`), and whether a resource held with it
+/// (`hold.with_owner`) is still held.
+type Asking<K> = (Candidate<K>, Action, Arc<str>, Option<Arc<str>>, bool);
 
 impl<K: Clone + Ord + Hash> Core<K> {
     pub fn new(cfg: CoreConfig) -> Self {
@@ -444,6 +454,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 action,
                 f.domain,
                 f.owner,
+                f.followed_held,
             ));
         }
     }
@@ -519,7 +530,16 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
         let max_in_flight = core.cfg.budget.per.as_ref().map(|p| p.max_in_flight);
         let mut owner_ids: HashMap<Arc<str>, usize> = HashMap::new();
         let mut owner_names: Vec<Arc<str>> = Vec::new();
-        for (c, action, domain, owner) in candidates {
+        for (c, action, domain, owner, followed_held) in candidates {
+            // Due now but for what follows it: let go, without spending
+            // the budget its followers' releases need.
+            if followed_held {
+                let blocked = allow.get(&domain).is_none_or(|(_, _, blocked)| *blocked);
+                if !blocked && c.backoff_remaining.is_zero() {
+                    out.letting_go.push(c.key);
+                }
+                continue;
+            }
             let id = owner.filter(|_| max_in_flight.is_some()).map(|o| {
                 *owner_ids.entry(o.clone()).or_insert_with(|| {
                     owner_names.push(o);

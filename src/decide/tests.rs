@@ -53,6 +53,7 @@ fn fact(domain: &Arc<str>, pause: Pause, failing: bool, crash: u32) -> Fact {
         has_work: true,
         owner: None,
         owner_held: None,
+        followed_held: false,
     }
 }
 
@@ -377,4 +378,59 @@ fn held_with_its_owner_then_released_paced_when_the_owner_goes() {
         Pause::from_reason(Some("with:OpenStackMachine/m2")),
         Pause::With
     );
+}
+
+#[test]
+fn an_owner_with_a_held_follower_is_let_go_and_released_once_none_is_left() {
+    let mut core: Core<u32> = Core::new(cfg(false));
+    let d = core.domain("a");
+    // Held for a reason released like a breaker hold (no breaker to
+    // resume open on a first tick).
+    let owner = |followed_held| Fact {
+        followed_held,
+        ..fact(&d, Pause::Other, false, 1)
+    };
+    // Due for release, but a resource held with it is still held: not
+    // released, let go (its followers then go first).
+    let out = core.tick(Duration::from_secs(1), LEAD, [(1, owner(true))]);
+    assert!(out.actions.is_empty(), "{:?}", out.actions);
+    assert_eq!(out.letting_go, [1]);
+    // Its follower, no longer held with a held owner, is released.
+    let out = core.tick(
+        Duration::from_secs(2),
+        LEAD,
+        [(1, owner(true)), (2, fact(&d, Pause::With, false, 0))],
+    );
+    assert_eq!(out.actions, [(2, Action::Release)]);
+    assert_eq!(out.letting_go, [1]);
+    // None left: the owner goes.
+    let out = core.tick(Duration::from_secs(3), LEAD, [(1, owner(false))]);
+    assert_eq!(out.actions, [(1, Action::Release)]);
+    assert!(out.letting_go.is_empty());
+    // An owner not due (held by a firing alert) is not let go either.
+    let firing = Fact {
+        firing: Some("OpenStackOutage".into()),
+        ..owner(true)
+    };
+    let out = core.tick(Duration::from_secs(4), LEAD, [(3, firing)]);
+    assert!(out.letting_go.is_empty() && out.actions.is_empty());
+    // Nor one whose breaker a new leader resumes open, until its cooldown
+    // is served; nor one still backing off.
+    let mut core: Core<u32> = Core::new(cfg(false));
+    let d = core.domain("a");
+    let breaker_held = Fact {
+        followed_held: true,
+        ..fact(&d, Pause::Breaker, false, 1)
+    };
+    let out = core.tick(Duration::from_secs(1), LEAD, [(1, breaker_held.clone())]);
+    assert_eq!(out.resumed.len(), 1);
+    assert!(out.letting_go.is_empty() && out.actions.is_empty());
+    let backing_off = Fact {
+        backoff_remaining: Duration::from_secs(30),
+        ..owner(true)
+    };
+    let out = core.tick(Duration::from_secs(600), LEAD, [(2, backing_off)]);
+    assert!(out.letting_go.is_empty() && out.actions.is_empty());
+    let out = core.tick(Duration::from_secs(601), LEAD, [(1, breaker_held)]);
+    assert_eq!(out.letting_go, [1], "cooldown served");
 }

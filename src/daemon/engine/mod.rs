@@ -76,6 +76,12 @@ struct State {
     /// Resets a stale write undid, about to be applied again: the worker
     /// says so in a Warning Event on the object.
     overwritten: HashMap<ResourceKey, u32>,
+    /// Owners decided released or remediated while resources were still
+    /// held with them (`hold.with_owner`): those go first, the owner once
+    /// none is left. CAPO v0.15 copies a server's ERROR into its
+    /// OpenStackMachine whenever the machine reconciles before the server
+    /// is created again, so the machine must not go first.
+    letting_go: HashSet<ResourceKey>,
 }
 
 /// What the engine works with, built before it (`App::build`).
@@ -153,6 +159,7 @@ impl Engine {
                 retries: Retries::default(),
                 firing_proof_at: None,
                 release_order: HashMap::new(),
+                letting_go: HashSet::new(),
                 notes: crate::decide::bucket::TokenBucket::new(
                     (cfg.budget.writes_per_second / 20.0).max(0.2),
                     NOTE_BURST,

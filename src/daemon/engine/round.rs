@@ -34,7 +34,13 @@ impl Engine {
             settling,
             changed,
             resumed,
+            letting_go,
         } = seen.decisions;
+        for key in letting_go {
+            if st.letting_go.insert(key.clone()) {
+                tracing::info!(resource = %key, "letting go: the resources held with it are released first");
+            }
+        }
         self.export_breakers(st, &changed, &resumed);
         self.cancel_opened(st, &changed);
         let mut waiting = Waiting::default();
@@ -112,22 +118,34 @@ impl Engine {
         // release estimate, and their note.
         let mut held_now: HashMap<ResourceKey, Held> = HashMap::new();
 
-        // Owners others follow (`hold.with_owner`) that remedy holds now.
-        let followed: HashSet<&str> = profiles
+        // Owners others follow (`hold.with_owner`) that remedy holds now,
+        // except those it is letting go; and the owners that still have a
+        // follower remedy holds, which go only after it.
+        let follows: HashMap<&str, &str> = profiles
             .iter()
-            .filter_map(|p| p.hold.as_ref()?.with_owner.as_deref())
+            .filter_map(|p| Some((p.kind.as_str(), p.hold.as_ref()?.with_owner.as_deref()?)))
             .collect();
+        let followed: HashSet<&str> = follows.values().copied().collect();
         let mut held_owners: HashSet<ResourceKey> = HashSet::new();
+        let mut followed_held: HashSet<ResourceKey> = HashSet::new();
         if !followed.is_empty() {
             self.deps.store.for_each(|key, e| {
-                if followed.contains(key.kind.as_ref())
-                    && !e.view.deleting
-                    && matches!(e.view.pause, PauseState::Ours { .. })
-                {
+                let ours = matches!(e.view.pause, PauseState::Ours { .. });
+                if followed.contains(key.kind.as_ref()) && !e.view.deleting && ours {
                     held_owners.insert(key.clone());
+                }
+                if ours
+                    && let Some(owner) = follows.get(key.kind.as_ref())
+                    && let Some(name) = e.view.label(HELD_WITH_LABEL)
+                {
+                    followed_held.insert(ResourceKey::new(owner, &key.namespace, name));
                 }
             });
         }
+        // An owner no longer held is let go; one still held stops being
+        // followed.
+        st.letting_go.retain(|k| held_owners.contains(k));
+        held_owners.retain(|k| !st.letting_go.contains(k));
 
         // The store's objects as facts for the decision core.
         let per_owner = st.core.config().budget.per.clone();
@@ -212,6 +230,7 @@ impl Engine {
                                 .contains(&ResourceKey::new(kind, &key.namespace, name))
                                 .then(|| format!("{kind}/{name}").into())
                         }),
+                    followed_held: followed_held.contains(key),
                 },
             );
         });

@@ -111,6 +111,16 @@ pub fn builtins() -> Vec<Profile> {
         &["/status/instanceState"],
     );
     openstack.terminal_states = vec!["ERROR".into()];
+    // CAPO v0.15 (v1beta2) has no failure fields: it copies its server's
+    // ERROR into Ready and InstanceReady False/InstanceStateError and then
+    // skips the machine while Ready says so ("Not reconciling machine in
+    // failed state"), even once its server is ACTIVE. Cleared only while a
+    // condition is False; CAPO writes them again. Released after its server
+    // (`Decisions::letting_go`), or the copy comes back.
+    openstack
+        .remediation
+        .clear_status
+        .push("/status/conditions".into());
     // CAPO v0.11+: the OpenStackServer is what calls Nova and Neutron. Its
     // controller (v0.14 controllers/openstackserver_controller.go) honours
     // cluster.x-k8s.io/paused on itself, sets instanceState ERROR with

@@ -264,6 +264,7 @@ pub fn fact(backoff: &BackoffPolicy, domain: Arc<str>, f: &SimFact, now: Ms) -> 
         has_work: true,
         owner: None,
         owner_held: None,
+        followed_held: false,
     }
 }
 
