@@ -20,7 +20,22 @@ export CGO_ENABLED=0
 if [[ ! -x $dir/cluster-api ]]; then
   echo "   building the Cluster API manager $CAPI_VERSION (once; cached in $dir)"
   mkdir -p "$dir.tmp"
-  GOBIN=$dir.tmp go install -trimpath -ldflags "-s -w" "sigs.k8s.io/cluster-api@$CAPI_VERSION"
+  src=$(go mod download -json "sigs.k8s.io/cluster-api@$CAPI_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  if [[ -f $src/core/main.go ]]; then
+    # v1.14 moved the core manager to ./core and its API types to the
+    # submodule sigs.k8s.io/cluster-api/api, which go.mod replaces with ./api
+    # (not in the module's zip); `go install` refuses a replace. Build from a
+    # copy with the submodule, at the same version, where the replace points.
+    work=$(mktemp -d)
+    cp -r "$src/." "$work/"
+    api=$(go mod download -json "sigs.k8s.io/cluster-api/api@$CAPI_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+    cp -r "$api" "$work/api"
+    chmod -R u+w "$work" # the module cache is read-only
+    (cd "$work" && go build -trimpath -ldflags "-s -w" -o "$dir.tmp/cluster-api" ./core)
+    rm -rf "$work"
+  else
+    GOBIN=$dir.tmp go install -trimpath -ldflags "-s -w" "sigs.k8s.io/cluster-api@$CAPI_VERSION"
+  fi
   rm -rf "$dir"
   mv "$dir.tmp" "$dir"
 fi

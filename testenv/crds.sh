@@ -3,10 +3,13 @@
 # modules (the module proxy serves their source zips, which carry the
 # generated CRDs), plus the committed stand-ins in crds/ for providers the
 # proxy does not serve. Output (git-ignored), one directory per set:
-#   bin/crds/default/    Cluster API v1.12 (stores v1beta2): the default
+#   bin/crds/default/    Cluster API v1.14, the newest the proxy serves (stores
+#                        v1beta2): the default
+#   bin/crds/capi-v1.12/ the same with Cluster API v1.12 (for its real manager)
 #   bin/crds/capi-v1.10/ the same with Cluster API v1.10 (stores v1beta1)
-#   bin/crds/capo/       default plus every CRD of CAPO v0.14.7 and ORC's Image,
-#                        which the real CAPO manager (capo.sh) watches
+#   bin/crds/capo/       capi-v1.12 plus every CRD of CAPO v0.14.7 and ORC's
+#                        Image, which the real CAPO manager (capo.sh) watches;
+#                        CAPO v0.14.7 is built against Cluster API v1.12
 #   bin/crds/capo-v0.15/ Cluster API v1.13.4 with CAPO v0.15.0-beta.0 (v1beta2,
 #                        from ../shared/upstream: the proxy does not serve it)
 # Warm runs are no-ops: a set is rebuilt only when this script or a
@@ -14,7 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-CAPI_DEFAULT=v1.12.5
+CAPI_DEFAULT=v1.14.2
+CAPI_V1_12=v1.12.5    # testenv/capi.sh's default manager
 CAPI_OLD=v1.10.10
 CAPO=v0.14.7          # the CAPO CRDs every set has (OpenStackMachine, OpenStackServer)
 CAPA=v2.13.0
@@ -53,6 +57,9 @@ build() {
   fi
   tmp=$(mktemp -d bin/crds/.tmp.XXXXXX)
   chmod 755 "$tmp"
+  # v1.14 moved the core manager and its CRDs under core/.
+  local bases=config/crd/bases
+  [[ -d $(fetch "sigs.k8s.io/cluster-api@$capi")/core/config/crd/bases ]] && bases=core/config/crd/bases
   # module@version  file in the module  (only the CRDs remedy or its tests use;
   # all of Cluster API's, which its real manager needs: testenv/capi.sh)
   while read -r m file; do
@@ -60,19 +67,19 @@ build() {
     cp "$dir/$file" "$tmp/"
     echo "$m $file" >>"$tmp/SOURCES"
   done <<EOF
-sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_machines.yaml
-sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_clusters.yaml
-sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_machinesets.yaml
-sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_machinedeployments.yaml
-sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_machinehealthchecks.yaml
-sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_machinepools.yaml
-sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_clusterclasses.yaml
-sigs.k8s.io/cluster-api@$capi config/crd/bases/cluster.x-k8s.io_machinedrainrules.yaml
-sigs.k8s.io/cluster-api@$capi config/crd/bases/addons.cluster.x-k8s.io_clusterresourcesets.yaml
-sigs.k8s.io/cluster-api@$capi config/crd/bases/addons.cluster.x-k8s.io_clusterresourcesetbindings.yaml
-sigs.k8s.io/cluster-api@$capi config/crd/bases/ipam.cluster.x-k8s.io_ipaddressclaims.yaml
-sigs.k8s.io/cluster-api@$capi config/crd/bases/ipam.cluster.x-k8s.io_ipaddresses.yaml
-sigs.k8s.io/cluster-api@$capi config/crd/bases/runtime.cluster.x-k8s.io_extensionconfigs.yaml
+sigs.k8s.io/cluster-api@$capi $bases/cluster.x-k8s.io_machines.yaml
+sigs.k8s.io/cluster-api@$capi $bases/cluster.x-k8s.io_clusters.yaml
+sigs.k8s.io/cluster-api@$capi $bases/cluster.x-k8s.io_machinesets.yaml
+sigs.k8s.io/cluster-api@$capi $bases/cluster.x-k8s.io_machinedeployments.yaml
+sigs.k8s.io/cluster-api@$capi $bases/cluster.x-k8s.io_machinehealthchecks.yaml
+sigs.k8s.io/cluster-api@$capi $bases/cluster.x-k8s.io_machinepools.yaml
+sigs.k8s.io/cluster-api@$capi $bases/cluster.x-k8s.io_clusterclasses.yaml
+sigs.k8s.io/cluster-api@$capi $bases/cluster.x-k8s.io_machinedrainrules.yaml
+sigs.k8s.io/cluster-api@$capi $bases/addons.cluster.x-k8s.io_clusterresourcesets.yaml
+sigs.k8s.io/cluster-api@$capi $bases/addons.cluster.x-k8s.io_clusterresourcesetbindings.yaml
+sigs.k8s.io/cluster-api@$capi $bases/ipam.cluster.x-k8s.io_ipaddressclaims.yaml
+sigs.k8s.io/cluster-api@$capi $bases/ipam.cluster.x-k8s.io_ipaddresses.yaml
+sigs.k8s.io/cluster-api@$capi $bases/runtime.cluster.x-k8s.io_extensionconfigs.yaml
 sigs.k8s.io/cluster-api-provider-openstack@$CAPO config/crd/bases/infrastructure.cluster.x-k8s.io_openstackmachines.yaml
 sigs.k8s.io/cluster-api-provider-openstack@$CAPO config/crd/bases/infrastructure.cluster.x-k8s.io_openstackservers.yaml
 sigs.k8s.io/cluster-api-provider-aws/v2@$CAPA config/crd/bases/infrastructure.cluster.x-k8s.io_awsmachines.yaml
@@ -112,6 +119,7 @@ EOF
 mkdir -p bin/crds
 rm -rf bin/crds/.tmp.* # left by a failed run
 build default "$CAPI_DEFAULT"
+build capi-v1.12 "$CAPI_V1_12"
 build capi-v1.10 "$CAPI_OLD"
 
 capo_crds() { # MODULE-OR-TGZ PREFIX ORC: every CAPO CRD and ORC's Image
@@ -122,7 +130,7 @@ capo_crds() { # MODULE-OR-TGZ PREFIX ORC: every CAPO CRD and ORC's Image
   done
   echo "github.com/k-orc/openstack-resource-controller/v2@$3 config/crd/bases/openstack.k-orc.cloud_images.yaml"
 }
-build capo "$CAPI_DEFAULT" "$(capo_crds "sigs.k8s.io/cluster-api-provider-openstack@$CAPO_REAL" "" "$ORC_REAL")" \
+build capo "$CAPI_V1_12" "$(capo_crds "sigs.k8s.io/cluster-api-provider-openstack@$CAPO_REAL" "" "$ORC_REAL")" \
   "cluster.x-k8s.io/v1beta1: v1beta1"
 if [[ -f $CAPO_NEXT_TGZ ]]; then
   build capo-v0.15 "$CAPI_NEXT" "$(capo_crds "tgz:$CAPO_NEXT_TGZ" cluster-api-provider-openstack/ "$ORC_NEXT")" \

@@ -1,7 +1,8 @@
-//! remedy next to the real Cluster API v1.12.5 MachineHealthCheck (issue
-//! #24.2): the real manager (`testenv/capi.sh`) runs its Cluster, Machine,
-//! MachineSet and MachineHealthCheck controllers against the shared
-//! apiserver, with Nodes written by the test (there is no kubelet).
+//! remedy next to the real Cluster API MachineHealthCheck, v1.14.2 and
+//! v1.12.5 (issue #24.2): the real manager (`testenv/capi.sh`) runs its
+//! Cluster, Machine, MachineSet and MachineHealthCheck controllers against
+//! its release's CRDs (v1.14.2 on the shared apiserver, v1.12.5 on a
+//! private one), with Nodes written by the test (there is no kubelet).
 //!
 //! The MHC only marks a Machine (`HealthCheckSucceeded=False`,
 //! `OwnerRemediated=False`); its MachineSet deletes it. The MHC evaluates a
@@ -20,7 +21,7 @@
 //!   MachineSet, which ignores the Machine's pause, deletes it when it gets
 //!   to it (a known gap, recorded in docs/upstream-behaviour.md).
 
-use crate::support::capi::{capi_api, start_manager};
+use crate::support::capi::{Capi, capi_api, start_manager};
 use crate::support::{Remedy, TestCluster, eventually, namespace};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -459,11 +460,21 @@ fn failed_status() -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_real_mhc_replaces_a_machine_remedy_has_no_reason_to_hold() {
-    let cluster = TestCluster::shared();
+async fn the_real_mhc_replaces_a_machine_remedy_has_no_reason_to_hold_v1_14() {
+    the_real_mhc_replaces_a_machine_remedy_has_no_reason_to_hold(Capi::V1_14).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_mhc_replaces_a_machine_remedy_has_no_reason_to_hold_v1_12() {
+    the_real_mhc_replaces_a_machine_remedy_has_no_reason_to_hold(Capi::V1_12).await;
+}
+
+async fn the_real_mhc_replaces_a_machine_remedy_has_no_reason_to_hold(capi: Capi) {
+    let cluster = capi.cluster();
+    let cluster = &*cluster;
     let client = cluster.client().await;
     let ns = namespace(&client, "capi-mhc-free").await;
-    let _manager = start_manager(cluster, &ns, &[]).await;
+    let _manager = start_manager(cluster, capi, &ns, &[]).await;
     let fleet = Fleet::create(cluster, &client, &ns, &["w-0", "w-1"]).await;
     let remedy = Remedy::serve(cluster, &config(&ns, "2s"));
     remedy.wait_ready().await;
@@ -489,7 +500,8 @@ async fn the_real_mhc_replaces_a_machine_remedy_has_no_reason_to_hold() {
         )
     });
     eprintln!(
-        "real MHC v1.12.5 with remedy running: Machine deleted {took:?} after its Node went Unknown (rule {RULE_SECS} s)"
+        "real MHC {} with remedy running: Machine deleted {took:?} after its Node went Unknown (rule {RULE_SECS} s)",
+        capi.version()
     );
     assert!(
         took >= Duration::from_secs(RULE_SECS),
@@ -515,11 +527,25 @@ async fn the_real_mhc_replaces_a_machine_remedy_has_no_reason_to_hold() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_real_mhc_leaves_machines_remedy_holds_and_judges_them_afresh_once_released() {
-    let cluster = TestCluster::shared();
+async fn the_real_mhc_leaves_machines_remedy_holds_and_judges_them_afresh_once_released_v1_14() {
+    the_real_mhc_leaves_machines_remedy_holds_and_judges_them_afresh_once_released(Capi::V1_14)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_mhc_leaves_machines_remedy_holds_and_judges_them_afresh_once_released_v1_12() {
+    the_real_mhc_leaves_machines_remedy_holds_and_judges_them_afresh_once_released(Capi::V1_12)
+        .await;
+}
+
+async fn the_real_mhc_leaves_machines_remedy_holds_and_judges_them_afresh_once_released(
+    capi: Capi,
+) {
+    let cluster = capi.cluster();
+    let cluster = &*cluster;
     let client = cluster.client().await;
     let ns = namespace(&client, "capi-mhc-held").await;
-    let _manager = start_manager(cluster, &ns, &[]).await;
+    let _manager = start_manager(cluster, capi, &ns, &[]).await;
     // w-0..w-2 fail and are held; w-3 is not. Nodes: w-0 Unknown through
     // the hold and after; w-1 Unknown, then Ready again before the release;
     // w-2 Ready throughout; w-3 Unknown (the control: not held, so the MHC
@@ -640,9 +666,10 @@ async fn the_real_mhc_leaves_machines_remedy_holds_and_judges_them_afresh_once_r
         );
     }
     eprintln!(
-        "real MHC v1.12.5 and remedy's hold: not-held w-3 deleted {w3_deleted:?} after its Node went Unknown; \
+        "real MHC {} and remedy's hold: not-held w-3 deleted {w3_deleted:?} after its Node went Unknown; \
          held w-0 kept {:?} while held (Node Unknown throughout), deleted {w0_after_release:?} after remedy released it; \
          w-1 (Node Ready again during the hold) and w-2 (Ready) kept 10 s after release",
+        capi.version(),
         released_at.duration_since(unknown_at)
     );
 }
@@ -660,17 +687,27 @@ async fn the_real_mhc_leaves_machines_remedy_holds_and_judges_them_afresh_once_r
 /// (`[Hold]`) and the MachineSet deleted the Machine 0.1 s after resuming,
 /// while remedy reported it held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn remedy_does_not_hold_a_machine_the_mhc_ordered_remediated() {
+async fn remedy_does_not_hold_a_machine_the_mhc_ordered_remediated_v1_14() {
+    remedy_does_not_hold_a_machine_the_mhc_ordered_remediated(Capi::V1_14).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remedy_does_not_hold_a_machine_the_mhc_ordered_remediated_v1_12() {
+    remedy_does_not_hold_a_machine_the_mhc_ordered_remediated(Capi::V1_12).await;
+}
+
+async fn remedy_does_not_hold_a_machine_the_mhc_ordered_remediated(capi: Capi) {
     use crate::remediate::executor;
     use remedy::metrics::Metrics;
     use remedy::model::profile::{HoldMark, builtin};
     use remedy::model::view::ResourceKey;
     use remedy::remediate::step::{Done, Goal};
 
-    let cluster = TestCluster::shared();
+    let cluster = capi.cluster();
+    let cluster = &*cluster;
     let client = cluster.client().await;
     let ns = namespace(&client, "capi-mhc-marked").await;
-    let _manager = start_manager(cluster, &ns, &[]).await;
+    let _manager = start_manager(cluster, capi, &ns, &[]).await;
     let fleet = Fleet::create(cluster, &client, &ns, &["w-0", "w-1"]).await;
     let sets = capi_api(&client, &ns, "MachineSet", "machinesets");
     let pause_set = |on: bool| {
@@ -751,7 +788,8 @@ async fn remedy_does_not_hold_a_machine_the_mhc_ordered_remediated() {
         .expect("the MachineSet deletes w-0 despite remedy's hold");
     assert!(!fleet.deleted("w-1").await, "w-1 was never unhealthy");
     eprintln!(
-        "real CAPI v1.12.5: a Machine the MHC marked remediated is not held by remedy; \
-         its MachineSet deleted it {took:?} after resuming"
+        "real CAPI {}: a Machine the MHC marked remediated is not held by remedy; \
+         its MachineSet deleted it {took:?} after resuming",
+        capi.version()
     );
 }

@@ -1,5 +1,7 @@
-//! remedy's holds against the real Cluster API core manager (v1.12.5, built
-//! from its Go module by `testenv/capi.sh`), not a stand-in: its Machine
+//! remedy's holds against the real Cluster API core manager, v1.14.2 (the
+//! newest minor the module proxy serves) and v1.12.5, each built from its
+//! Go module by `testenv/capi.sh` and run on its own release's CRDs, not a
+//! stand-in: its Machine
 //! controller reports what it obeys in the `Paused` condition
 //! (`util/paused.EnsurePausedCondition`).
 //!
@@ -14,8 +16,8 @@
 //!   them (`remedy.dev/resumed`) and they reconcile within seconds.
 
 use crate::remediate::executor;
-use crate::support::procs::Proc;
-use crate::support::{Remedy, TestCluster, eventually, namespace};
+use crate::support::capi::{Capi, start_manager};
+use crate::support::{Remedy, eventually, namespace};
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use remedy::metrics::Metrics;
@@ -27,12 +29,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
-
-/// The real manager, watching `ns` only (the shared cluster's other tests
-/// keep their Machines to themselves), as the admin user.
-async fn start_manager(cluster: &TestCluster, ns: &str) -> Proc {
-    crate::support::capi::start_manager(cluster, ns, &[]).await
-}
 
 fn capi_api(client: &Client, ns: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", kind);
@@ -166,11 +162,21 @@ fn config(ns: &str, resume: bool) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holds_stop_the_real_machine_controller_and_a_cluster_release_resumes_its_machines() {
-    let cluster = TestCluster::shared();
+async fn holds_stop_the_real_v1_14_machine_controller_and_a_cluster_release_resumes_its_machines() {
+    holds_stop_the_machine_controller_and_a_cluster_release_resumes_its_machines(Capi::V1_14).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_stop_the_real_v1_12_machine_controller_and_a_cluster_release_resumes_its_machines() {
+    holds_stop_the_machine_controller_and_a_cluster_release_resumes_its_machines(Capi::V1_12).await;
+}
+
+async fn holds_stop_the_machine_controller_and_a_cluster_release_resumes_its_machines(capi: Capi) {
+    let cluster = capi.cluster();
+    let cluster = &*cluster;
     let client = cluster.client().await;
     let ns = namespace(&client, "capi-real").await;
-    let _manager = start_manager(cluster, &ns).await;
+    let _manager = start_manager(cluster, capi, &ns, &[]).await;
     let clusters = capi_api(&client, &ns, "Cluster", "clusters");
     let machines = capi_api(&client, &ns, "Machine", "machines");
     let ex = executor(client.clone(), Arc::new(Metrics::new(100)), false);
@@ -275,8 +281,9 @@ async fn holds_stop_the_real_machine_controller_and_a_cluster_release_resumes_it
         .await
         .unwrap_or_else(|| panic!("fleet not resumed\n{}", second.log_tail()));
     eprintln!(
-        "real CAPI v1.12.5: a Machine resumed {resumed_solo:?} after remedy started (cooldown 2 s); \
-         a Cluster's Machines {resumed_fleet:?} after its release with resume, still paused 15 s after without"
+        "real CAPI {}: a Machine resumed {resumed_solo:?} after remedy started (cooldown 2 s); \
+         a Cluster's Machines {resumed_fleet:?} after its release with resume, still paused 15 s after without",
+        capi.version()
     );
 
     // Only the released Cluster's Machines were touched, once each.

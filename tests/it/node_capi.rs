@@ -289,7 +289,8 @@ fn the_sidecar_component_runs_remedy_beside_the_real_capi_manager_and_its_hold_p
         eprintln!("SKIPPED: {why}");
         return;
     }
-    let Some(mut node) = Node::start() else {
+    // The manager's own release's CRDs.
+    let Some(mut node) = Node::start_with_crds(crate::support::CrdSet::CapiV1_12) else {
         return;
     };
     let archive = bin("capi-manager.oci.tar").display().to_string();

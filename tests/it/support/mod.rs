@@ -31,15 +31,19 @@ pub fn repo() -> PathBuf {
 /// directory per set under `testenv/bin/crds/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CrdSet {
-    /// Cluster API v1.12 (Machine and Cluster stored as v1beta2, v1beta1
-    /// still served) and the other providers' CRDs: the shared cluster's.
+    /// Cluster API v1.14, the newest served (Machine and Cluster stored as
+    /// v1beta2, v1beta1 still served) and the other providers' CRDs: the
+    /// shared cluster's.
     Default,
+    /// The same with Cluster API v1.12, for its real manager.
+    CapiV1_12,
     /// The same with Cluster API v1.10: v1beta1 is the only served and the
     /// storage version, so v1beta1 status fields such as
     /// `status.failureReason` are kept.
     CapiV1_10,
-    /// Default plus every CRD of CAPO v0.14.7 (with its contract label) and
-    /// ORC's Image: what the real CAPO manager (`testenv/capo.sh`) watches.
+    /// CapiV1_12 plus every CRD of CAPO v0.14.7 (with its contract label)
+    /// and ORC's Image: what the real CAPO manager (`testenv/capo.sh`),
+    /// built against Cluster API v1.12, watches.
     Capo,
     /// Cluster API v1.13.4 with CAPO v0.15.0-beta.0's v1beta2 CRDs.
     CapoV0_15,
@@ -49,6 +53,7 @@ impl CrdSet {
     fn dir(self) -> &'static str {
         match self {
             CrdSet::Default => "default",
+            CrdSet::CapiV1_12 => "capi-v1.12",
             CrdSet::CapiV1_10 => "capi-v1.10",
             CrdSet::Capo => "capo",
             CrdSet::CapoV0_15 => "capo-v0.15",

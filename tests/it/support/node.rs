@@ -13,7 +13,7 @@
 //! network namespace and the veth. A test binary killed before drop leaves
 //! a namespace named after its pid, which the next [`Node::start`] removes.
 
-use super::{TestCluster, repo, tail};
+use super::{CrdSet, TestCluster, repo, tail};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -176,6 +176,12 @@ impl Node {
     /// the parts are not installed here. With `REMEDY_REQUIRE_NODE=1`
     /// (scripts/test sets it) a missing part fails the test instead.
     pub fn start() -> Option<Node> {
+        Self::start_with_crds(CrdSet::Default)
+    }
+
+    /// A node whose cluster installs `crds` (e.g. a Cluster API release's
+    /// own, for its real manager).
+    pub fn start_with_crds(crds: CrdSet) -> Option<Node> {
         if let Some(why) = missing() {
             assert!(
                 std::env::var_os("REMEDY_REQUIRE_NODE").is_none(),
@@ -248,10 +254,13 @@ impl Node {
         // The apiserver must be reachable from the node's namespace (the host
         // end of the veth) and admit ServiceAccounts so pods get tokens; the
         // last occurrence of a flag wins over testenv's.
-        let cluster = TestCluster::start_with(&[
-            "--bind-address=0.0.0.0",
-            "--disable-admission-plugins=DenyServiceExternalIPs",
-        ]);
+        let cluster = TestCluster::start_with_crds(
+            crds,
+            &[
+                "--bind-address=0.0.0.0",
+                "--disable-admission-plugins=DenyServiceExternalIPs",
+            ],
+        );
         let port = std::fs::read_to_string(&cluster.kubeconfig)
             .expect("kubeconfig")
             .lines()
