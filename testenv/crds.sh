@@ -12,6 +12,8 @@
 #                        CAPO v0.14.7 is built against Cluster API v1.12
 #   bin/crds/capo-v0.15/ Cluster API v1.13.4 with CAPO v0.15.0-beta.0 (v1beta2,
 #                        from ../shared/upstream: the proxy does not serve it)
+#   bin/crds/capd/       default plus CAPD v1.13.7's CRDs (the in-memory
+#                        provider, testenv/capd.sh) with their contract labels
 # Warm runs are no-ops: a set is rebuilt only when this script or a
 # stand-in is newer than its stamp.
 set -euo pipefail
@@ -30,6 +32,7 @@ ORC_REAL=v2.4.0       # the ORC module CAPO v0.14.7's go.mod requires
 CAPI_NEXT=v1.13.4     # what CAPO v0.15.0-beta.0's go.mod requires
 ORC_NEXT=v2.6.0
 CAPO_NEXT_TGZ=../../shared/upstream/cluster-api-provider-openstack-v0.15.0-beta.0.tar.gz
+CAPD=v1.13.7          # testenv/capd.sh builds the same version
 
 # module@version → the extracted module directory in the module cache.
 fetch() {
@@ -47,11 +50,12 @@ fetch() {
 # build SET CAPI_VERSION [EXTRA [LABELS]]: EXTRA is more "module@version file"
 # lines (or "tgz:PATH file" for a CRD from a source tarball), copied after
 # the common list so they replace a file of the same name. LABELS ("key:
-# value" lines) go on the CAPO CRDs: the contract labels CAPO's kustomization
-# adds, without which the Cluster API controllers refuse its objects.
+# value" lines) go on EXTRA's infrastructure CRDs: the contract labels the
+# provider's kustomization adds, without which the Cluster API controllers
+# refuse its objects.
 build() {
   local set=$1 capi=$2 extra=${3:-} labels=${4:-} dst=bin/crds/$1 tmp m file dir
-  local stamp=$dst/.stamp
+  local stamp=$dst/.stamp infra=()
   if [[ -f $stamp ]] && [[ -z $(find crds.sh crds -newer "$stamp" -print -quit) ]]; then
     return 0
   fi
@@ -99,11 +103,13 @@ EOF
       cp "$dir/$file" "$tmp/"
     fi
     echo "$m $file" >>"$tmp/SOURCES"
+    infra+=("$tmp/$(basename "$file")")
   done <<<"$extra"
   cp crds/*.yaml "$tmp/"
   chmod u+w "$tmp"/*.yaml
   if [[ -n $labels ]]; then
-    for file in "$tmp"/infrastructure.cluster.x-k8s.io_openstack*.yaml; do
+    for file in "${infra[@]}"; do
+      [[ $(basename "$file") == infrastructure.cluster.x-k8s.io_* ]] || continue
       awk -v labels="$labels" '!done && /^metadata:$/ {
           print; print "  labels:"; n = split(labels, l, "\n")
           for (i = 1; i <= n; i++) if (l[i] != "") print "    " l[i]
@@ -139,3 +145,17 @@ cluster.x-k8s.io/v1beta2: v1beta2"
 else
   echo "crds.sh: $CAPO_NEXT_TGZ missing: CRD set capo-v0.15 not built" >&2
 fi
+
+# CAPD registers a controller for each of its kinds, Docker* included: it
+# needs all of its CRDs. tests/it/capi_inmemory.rs runs it with the v1.14.2
+# core manager, so the core CRDs are the default set's.
+capd_crds() {
+  local k
+  for k in devclusters devclustertemplates devmachines devmachinetemplates devmachinepools \
+    devmachinepooltemplates dockerclusters dockerclustertemplates dockermachines \
+    dockermachinetemplates dockermachinepools dockermachinepooltemplates; do
+    echo "sigs.k8s.io/cluster-api/test@$CAPD infrastructure/docker/config/crd/bases/infrastructure.cluster.x-k8s.io_$k.yaml"
+  done
+}
+build capd "$CAPI_DEFAULT" "$(capd_crds)" "cluster.x-k8s.io/v1beta1: v1beta1
+cluster.x-k8s.io/v1beta2: v1beta2"

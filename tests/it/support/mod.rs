@@ -47,6 +47,9 @@ pub enum CrdSet {
     Capo,
     /// Cluster API v1.13.4 with CAPO v0.15.0-beta.0's v1beta2 CRDs.
     CapoV0_15,
+    /// Default plus CAPD v1.13.7's CRDs (DevCluster, DevMachine: the
+    /// in-memory provider, `testenv/capd.sh`).
+    Capd,
 }
 
 impl CrdSet {
@@ -57,6 +60,7 @@ impl CrdSet {
             CrdSet::CapiV1_10 => "capi-v1.10",
             CrdSet::Capo => "capo",
             CrdSet::CapoV0_15 => "capo-v0.15",
+            CrdSet::Capd => "capd",
         }
     }
 }

@@ -122,11 +122,24 @@ pub fn spawn(
     dir: tempfile::TempDir,
     args: &[String],
 ) -> Proc {
+    spawn_with_env(name, bin, port, dir, args, &[])
+}
+
+/// As [`spawn`], with `env` added to the environment.
+pub fn spawn_with_env(
+    name: &'static str,
+    bin: &str,
+    port: u16,
+    dir: tempfile::TempDir,
+    args: &[String],
+    env: &[(&str, &str)],
+) -> Proc {
     let log = dir.path().join(format!("{name}.log"));
     let out = std::fs::File::create(&log).expect("log file");
     let err = out.try_clone().expect("log file");
     let child = Command::new(bin)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
