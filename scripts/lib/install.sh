@@ -8,6 +8,8 @@ command -v prometheus-alertmanager >/dev/null || need_apt+=(prometheus-alertmana
 command -v containerd >/dev/null || need_apt+=(containerd)
 command -v runc >/dev/null || need_apt+=(runc)
 [[ -x /usr/lib/cni/bridge ]] || need_apt+=(containernetworking-plugins)
+# tests/it/capi_inmemory.rs makes the RSA CA keys CAPD insists on.
+command -v openssl >/dev/null || need_apt+=(openssl)
 if ((${#need_apt[@]})); then
   echo "== installing Debian packages: ${need_apt[*]}"
   if [[ $(id -u) -ne 0 ]]; then
