@@ -32,159 +32,23 @@
 //! into its Ready condition and then stops reconciling, is released after
 //! its server with that condition cleared, and follows it.
 
+use crate::support::capo_env::{
+    CLUSTER, CLUSTER_NAME_LABEL, Capo, Env, INFRA, api, condition, create,
+};
 use crate::support::openstack::{
-    FLAVOR, FakeOpenstack, IMAGE_ID, NETWORK_ID, SUBNET_ID, Sample, Supervised, start_capi_manager,
-    start_capo_manager, sum, wait_for,
+    FLAVOR, FakeOpenstack, IMAGE_ID, NETWORK_ID, SUBNET_ID, Sample, Supervised, parse_metrics,
+    start_capi_manager, start_capo_manager, sum, wait_for,
 };
 use crate::support::{CrdSet, Remedy, TestCluster, namespace};
 use futures::StreamExt;
 use kube::Client;
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldMark, PAUSE_MARKER, builtin};
 use remedy::remediate::step::{Goal, Step, patch};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-const CLUSTER: &str = "c1";
-const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
-const INFRA: &str = "infrastructure.cluster.x-k8s.io";
-
-fn api(client: &Client, ns: &str, group: &str, version: &str, kind: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    let plural = format!("{}s", kind.to_lowercase());
-    Api::namespaced_with(
-        client.clone(),
-        ns,
-        &ApiResource::from_gvk_with_plural(&gvk, &plural),
-    )
-}
-
-async fn create(api: &Api<DynamicObject>, v: Value) {
-    let name = v["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let obj: DynamicObject = serde_json::from_value(v).expect("object");
-    api.create(&PostParams::default(), &obj)
-        .await
-        .unwrap_or_else(|e| panic!("create {name}: {e}"));
-}
-
-/// The objects of one CAPO cluster on the fake's pre-created network.
-struct Env {
-    client: Client,
-    ns: String,
-    servers: Api<DynamicObject>,
-    osms: Api<DynamicObject>,
-    machines: Api<DynamicObject>,
-}
-
-impl Env {
-    async fn new(client: Client, ns: String, fake: &FakeOpenstack) -> Self {
-        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
-        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
-            "metadata": {"name": "cloud-config"},
-            "stringData": {"clouds.yaml": fake.clouds_yaml()},
-        }))
-        .expect("secret");
-        secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("identity secret");
-        let env = Self {
-            servers: api(&client, &ns, INFRA, "v1alpha1", "OpenStackServer"),
-            osms: api(&client, &ns, INFRA, "v1beta1", "OpenStackMachine"),
-            machines: api(&client, &ns, "cluster.x-k8s.io", "v1beta2", "Machine"),
-            client,
-            ns,
-        };
-        create(
-            &api(&env.client, &env.ns, "cluster.x-k8s.io", "v1beta2", "Cluster"),
-            json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": CLUSTER},
-                "spec": {
-                    "clusterNetwork": {"serviceDomain": "cluster.local"},
-                    "infrastructureRef": {"apiGroup": INFRA, "kind": "OpenStackCluster", "name": CLUSTER},
-                },
-            }),
-        )
-        .await;
-        // Existing network and subnet, no external network, no load
-        // balancer, a fixed endpoint: the cluster needs no cloud writes.
-        create(
-            &api(&env.client, &env.ns, INFRA, "v1beta1", "OpenStackCluster"),
-            json!({
-                "apiVersion": format!("{INFRA}/v1beta1"), "kind": "OpenStackCluster",
-                "metadata": {"name": CLUSTER, "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
-                "spec": {
-                    "identityRef": {"cloudName": "fake", "name": "cloud-config"},
-                    "network": {"id": NETWORK_ID},
-                    "subnets": [{"id": SUBNET_ID}],
-                    "disableExternalNetwork": true,
-                    "disableAPIServerFloatingIP": true,
-                    "apiServerLoadBalancer": {"enabled": false},
-                    "controlPlaneEndpoint": {"host": "10.6.0.5", "port": 6443},
-                },
-            }),
-        )
-        .await;
-        env
-    }
-
-    /// A worker Machine in `zone` with its OpenStackMachine and bootstrap data.
-    async fn machine(&self, name: &str, zone: &str) {
-        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-            Api::namespaced(self.client.clone(), &self.ns);
-        let data: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
-            "metadata": {"name": format!("{name}-bootstrap")},
-            "stringData": {"value": "#cloud-config\n", "format": "cloud-config"},
-        }))
-        .expect("secret");
-        secrets
-            .create(&PostParams::default(), &data)
-            .await
-            .expect("bootstrap secret");
-        create(
-            &self.osms,
-            json!({
-                "apiVersion": format!("{INFRA}/v1beta1"), "kind": "OpenStackMachine",
-                "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
-                "spec": {"flavor": FLAVOR, "image": {"id": IMAGE_ID}},
-            }),
-        )
-        .await;
-        create(
-            &self.machines,
-            json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
-                "spec": {
-                    "clusterName": CLUSTER,
-                    "failureDomain": zone,
-                    "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
-                    "infrastructureRef": {"apiGroup": INFRA, "kind": "OpenStackMachine", "name": name},
-                },
-            }),
-        )
-        .await;
-    }
-
-    async fn server(&self, name: &str) -> Option<DynamicObject> {
-        self.servers.get_opt(name).await.ok().flatten()
-    }
-}
-
-fn condition<'a>(o: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
-    o.data["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capo_creates_a_server_and_a_503_on_create_is_terminal() {
@@ -351,6 +215,21 @@ async fn capo_v0_15_crds_install() {
     }
 }
 
+/// The harness's parser of the fake's `/metrics` (kept out of
+/// support/openstack.rs, which the `capo_outage` bench also builds).
+#[test]
+fn parses_the_fakes_exposition() {
+    let text = "# HELP x y\n# TYPE fake_openstack_resource_requests_total counter\n\
+        fake_openstack_resource_requests_total{service=\"compute\",resource=\"servers\",method=\"POST\",status=\"503\"} 3\n\
+        fake_openstack_resource_requests_total{service=\"compute\",resource=\"servers\",method=\"GET\",status=\"200\"} 4\n\
+        fake_openstack_servers{status=\"ACTIVE\"} 1\n";
+    let s = parse_metrics(text);
+    assert_eq!(s.len(), 3);
+    assert_eq!(sum(&s, &[("service", "compute")]), 7);
+    assert_eq!(sum(&s, &[("method", "POST"), ("status", "503")]), 3);
+    assert_eq!(s[2].label("status"), Some("ACTIVE"));
+}
+
 /// The fake's faults, straight over HTTP: what the CAPO tests rely on.
 #[tokio::test]
 async fn the_fake_answers_faults_as_configured() {
@@ -492,76 +371,6 @@ async fn server_status(base: &str, id: &str) -> String {
 }
 
 // ---- remedy next to the real CAPO (issue #25.3) ----
-
-/// The fake, a private cluster with CAPO's CRDs, both real managers and one
-/// CAPO cluster's objects. Fields drop in order: the managers go before the
-/// cluster they talk to.
-struct Capo {
-    env: Env,
-    capo: Supervised,
-    capi: Supervised,
-    fake: FakeOpenstack,
-    cluster: TestCluster,
-}
-
-impl Capo {
-    async fn start(prefix: &str) -> Self {
-        let fake = FakeOpenstack::start(Duration::from_secs(2)).await;
-        let cluster = TestCluster::start_with_crds(CrdSet::Capo, &[]);
-        let client = cluster.client().await;
-        let ns = namespace(&client, prefix).await;
-        let capi = start_capi_manager(&cluster, &ns).await;
-        let capo = start_capo_manager(&cluster, &ns).await;
-        let env = Env::new(client, ns, &fake).await;
-        Self {
-            env,
-            capo,
-            capi,
-            fake,
-            cluster,
-        }
-    }
-
-    fn procs(&self) -> [&Supervised; 3] {
-        [&self.fake.proc, &self.capi, &self.capo]
-    }
-
-    /// `remedy serve` on this namespace with both CAPO built-ins: one
-    /// outage breaker per availability zone (the server's
-    /// `spec.availabilityZone`; an OpenStackMachine has none, so its domain
-    /// is `none`), opened by a single failing server, closed `cooldown`
-    /// after the zone went quiet; backoff of a second or two.
-    async fn remedy(&self, cooldown: &str) -> Remedy {
-        let config = format!(
-            "namespaces: [{}]\ntick: 500ms\nleader_election: {{enabled: false}}\n\
-             breaker: {{open_ratio: 0.5, close_ratio: 0.1, min_resources: 1, window: 1s, \
-             cooldown: {cooldown}, domain: {{field: /spec/availabilityZone}}}}\n\
-             backoff: {{base: 1s, cap: 2s}}\n\
-             budget: {{refill_per_second: 5, burst: 5}}\n\
-             profiles: [openstack-machine, openstack-server]\n",
-            self.env.ns
-        );
-        let remedy = Remedy::serve(&self.cluster, &config);
-        remedy.wait_ready().await;
-        remedy
-            .until(
-                Duration::from_secs(30),
-                "remedy watching OpenStackMachines and OpenStackServers",
-                || async {
-                    remedy
-                        .metric(r#"remedy_watch_synced{kind="OpenStackServer"}"#)
-                        .await
-                        == 1.0
-                        && remedy
-                            .metric(r#"remedy_watch_synced{kind="OpenStackMachine"}"#)
-                            .await
-                            == 1.0
-                },
-            )
-            .await;
-        remedy
-    }
-}
 
 /// Why remedy holds `o`, if it does: its pause value on
 /// `cluster.x-k8s.io/paused` and its record (`remedy.dev/hold`).

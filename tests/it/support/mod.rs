@@ -5,6 +5,7 @@
 pub mod brupop;
 pub mod capi;
 pub mod capo;
+pub mod capo_env;
 pub mod node;
 pub mod objects;
 pub mod openstack;

@@ -180,12 +180,17 @@ pub struct FakeOpenstack {
 impl FakeOpenstack {
     /// `build` is how long a new server stays in BUILD.
     pub async fn start(build: Duration) -> Self {
+        Self::start_with_zones(build, &["az1", "az2"]).await
+    }
+
+    /// As [`FakeOpenstack::start`], serving these availability zones.
+    pub async fn start_with_zones(build: Duration, zones: &[&str]) -> Self {
         let bin = bin("fake-openstack", "run `bash testenv/build.sh`");
         let port = free_port();
         let args = vec![
             format!("--listen=127.0.0.1:{port}"),
             format!("--build-time={}ms", build.as_millis()),
-            "--zones=az1,az2".into(),
+            format!("--zones={}", zones.join(",")),
         ];
         let proc = Supervised::spawn(
             "fake-openstack",
@@ -414,22 +419,4 @@ pub async fn start_capo_manager_v0_15(cluster: &TestCluster, ns: &str) -> Superv
         &["--v=4"],
     )
     .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_the_fakes_exposition() {
-        let text = "# HELP x y\n# TYPE fake_openstack_resource_requests_total counter\n\
-            fake_openstack_resource_requests_total{service=\"compute\",resource=\"servers\",method=\"POST\",status=\"503\"} 3\n\
-            fake_openstack_resource_requests_total{service=\"compute\",resource=\"servers\",method=\"GET\",status=\"200\"} 4\n\
-            fake_openstack_servers{status=\"ACTIVE\"} 1\n";
-        let s = parse_metrics(text);
-        assert_eq!(s.len(), 3);
-        assert_eq!(sum(&s, &[("service", "compute")]), 7);
-        assert_eq!(sum(&s, &[("method", "POST"), ("status", "503")]), 3);
-        assert_eq!(s[2].label("status"), Some("ACTIVE"));
-    }
 }

@@ -1,0 +1,242 @@
+//! One CAPO cluster's objects on the fake OpenStack's pre-created network,
+//! and the whole stack that runs them (the fake, a private apiserver, the
+//! real CAPI and CAPO managers): shared by `tests/it/capo_real.rs` and the
+//! `capo_outage` bench.
+
+use super::openstack::{
+    FLAVOR, FakeOpenstack, IMAGE_ID, NETWORK_ID, SUBNET_ID, Supervised, start_capi_manager,
+    start_capo_manager,
+};
+use super::{CrdSet, Remedy, TestCluster, namespace};
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+pub const CLUSTER: &str = "c1";
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+pub const INFRA: &str = "infrastructure.cluster.x-k8s.io";
+
+pub fn api(
+    client: &Client,
+    ns: &str,
+    group: &str,
+    version: &str,
+    kind: &str,
+) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let plural = format!("{}s", kind.to_lowercase());
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(&gvk, &plural),
+    )
+}
+
+pub async fn create(api: &Api<DynamicObject>, v: Value) {
+    let name = v["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let obj: DynamicObject = serde_json::from_value(v).expect("object");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create {name}: {e}"));
+}
+
+/// The objects of one CAPO cluster on the fake's pre-created network.
+pub struct Env {
+    pub client: Client,
+    pub ns: String,
+    pub servers: Api<DynamicObject>,
+    pub osms: Api<DynamicObject>,
+    pub machines: Api<DynamicObject>,
+}
+
+impl Env {
+    pub async fn new(client: Client, ns: String, fake: &FakeOpenstack) -> Self {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+            "metadata": {"name": "cloud-config"},
+            "stringData": {"clouds.yaml": fake.clouds_yaml()},
+        }))
+        .expect("secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("identity secret");
+        let env = Self {
+            servers: api(&client, &ns, INFRA, "v1alpha1", "OpenStackServer"),
+            osms: api(&client, &ns, INFRA, "v1beta1", "OpenStackMachine"),
+            machines: api(&client, &ns, "cluster.x-k8s.io", "v1beta2", "Machine"),
+            client,
+            ns,
+        };
+        create(
+            &api(&env.client, &env.ns, "cluster.x-k8s.io", "v1beta2", "Cluster"),
+            json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": CLUSTER},
+                "spec": {
+                    "clusterNetwork": {"serviceDomain": "cluster.local"},
+                    "infrastructureRef": {"apiGroup": INFRA, "kind": "OpenStackCluster", "name": CLUSTER},
+                },
+            }),
+        )
+        .await;
+        // Existing network and subnet, no external network, no load
+        // balancer, a fixed endpoint: the cluster needs no cloud writes.
+        create(
+            &api(&env.client, &env.ns, INFRA, "v1beta1", "OpenStackCluster"),
+            json!({
+                "apiVersion": format!("{INFRA}/v1beta1"), "kind": "OpenStackCluster",
+                "metadata": {"name": CLUSTER, "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
+                "spec": {
+                    "identityRef": {"cloudName": "fake", "name": "cloud-config"},
+                    "network": {"id": NETWORK_ID},
+                    "subnets": [{"id": SUBNET_ID}],
+                    "disableExternalNetwork": true,
+                    "disableAPIServerFloatingIP": true,
+                    "apiServerLoadBalancer": {"enabled": false},
+                    "controlPlaneEndpoint": {"host": "10.6.0.5", "port": 6443},
+                },
+            }),
+        )
+        .await;
+        env
+    }
+
+    /// A worker Machine in `zone` with its OpenStackMachine and bootstrap data.
+    pub async fn machine(&self, name: &str, zone: &str) {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.client.clone(), &self.ns);
+        let data: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-bootstrap")},
+            "stringData": {"value": "#cloud-config\n", "format": "cloud-config"},
+        }))
+        .expect("secret");
+        secrets
+            .create(&PostParams::default(), &data)
+            .await
+            .expect("bootstrap secret");
+        create(
+            &self.osms,
+            json!({
+                "apiVersion": format!("{INFRA}/v1beta1"), "kind": "OpenStackMachine",
+                "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
+                "spec": {"flavor": FLAVOR, "image": {"id": IMAGE_ID}},
+            }),
+        )
+        .await;
+        create(
+            &self.machines,
+            json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
+                "spec": {
+                    "clusterName": CLUSTER,
+                    "failureDomain": zone,
+                    "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
+                    "infrastructureRef": {"apiGroup": INFRA, "kind": "OpenStackMachine", "name": name},
+                },
+            }),
+        )
+        .await;
+    }
+
+    pub async fn server(&self, name: &str) -> Option<DynamicObject> {
+        self.servers.get_opt(name).await.ok().flatten()
+    }
+}
+
+pub fn condition<'a>(o: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
+    o.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+/// The fake, a private cluster with CAPO's CRDs, both real managers and one
+/// CAPO cluster's objects. Fields drop in order: the managers go before the
+/// cluster they talk to.
+pub struct Capo {
+    pub env: Env,
+    pub capo: Supervised,
+    pub capi: Supervised,
+    pub fake: FakeOpenstack,
+    pub cluster: TestCluster,
+}
+
+impl Capo {
+    pub async fn start(prefix: &str) -> Self {
+        Self::start_in_zones(prefix, &["az1", "az2"]).await
+    }
+
+    /// As [`Capo::start`], with the fake serving these availability zones.
+    pub async fn start_in_zones(prefix: &str, zones: &[&str]) -> Self {
+        let fake = FakeOpenstack::start_with_zones(Duration::from_secs(2), zones).await;
+        let cluster = TestCluster::start_with_crds(CrdSet::Capo, &[]);
+        let client = cluster.client().await;
+        let ns = namespace(&client, prefix).await;
+        let capi = start_capi_manager(&cluster, &ns).await;
+        let capo = start_capo_manager(&cluster, &ns).await;
+        let env = Env::new(client, ns, &fake).await;
+        Self {
+            env,
+            capo,
+            capi,
+            fake,
+            cluster,
+        }
+    }
+
+    pub fn procs(&self) -> [&Supervised; 3] {
+        [&self.fake.proc, &self.capi, &self.capo]
+    }
+
+    /// `remedy serve` on this namespace with both CAPO built-ins: one
+    /// outage breaker per availability zone (the server's
+    /// `spec.availabilityZone`; an OpenStackMachine has none, so its domain
+    /// is `none`), opened by a single failing server, closed `cooldown`
+    /// after the zone went quiet; backoff of a second or two.
+    pub async fn remedy(&self, cooldown: &str) -> Remedy {
+        self.remedy_with(&self.remedy_config(cooldown)).await
+    }
+
+    /// The config [`Capo::remedy`] serves.
+    pub fn remedy_config(&self, cooldown: &str) -> String {
+        format!(
+            "namespaces: [{}]\ntick: 500ms\nleader_election: {{enabled: false}}\n\
+             breaker: {{open_ratio: 0.5, close_ratio: 0.1, min_resources: 1, window: 1s, \
+             cooldown: {cooldown}, domain: {{field: /spec/availabilityZone}}}}\n\
+             backoff: {{base: 1s, cap: 2s}}\n\
+             budget: {{refill_per_second: 5, burst: 5}}\n\
+             profiles: [openstack-machine, openstack-server]\n",
+            self.env.ns
+        )
+    }
+
+    /// `remedy serve` with `config` (no `listen`: [`Remedy::serve`] sets
+    /// it), once it watches both CAPO kinds.
+    pub async fn remedy_with(&self, config: &str) -> Remedy {
+        let remedy = Remedy::serve(&self.cluster, config);
+        remedy.wait_ready().await;
+        remedy
+            .until(
+                Duration::from_secs(30),
+                "remedy watching OpenStackMachines and OpenStackServers",
+                || async {
+                    remedy
+                        .metric(r#"remedy_watch_synced{kind="OpenStackServer"}"#)
+                        .await
+                        == 1.0
+                        && remedy
+                            .metric(r#"remedy_watch_synced{kind="OpenStackMachine"}"#)
+                            .await
+                            == 1.0
+                },
+            )
+            .await;
+        remedy
+    }
+}
