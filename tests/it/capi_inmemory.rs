@@ -29,6 +29,7 @@
 
 use crate::remediate::executor;
 use crate::support::capi::{Capi, capi_api, start_manager};
+use crate::support::mhc::{MhcFleet, held_machines_are_kept_then_judged_afresh};
 use crate::support::procs::{Proc, spawn_with_env};
 use crate::support::{CrdSet, Remedy, TestCluster, eventually, free_port, namespace, repo};
 use k8s_openapi::api::core::v1::{Node, Secret};
@@ -38,7 +39,7 @@ use kube::api::{
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 use remedy::metrics::Metrics;
-use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldMark, PAUSE_MARKER, builtin};
+use remedy::model::profile::{CAPI_PAUSED, HoldMark, builtin};
 use remedy::model::view::ResourceKey;
 use remedy::remediate::step::{Goal, Step};
 use serde_json::{Value, json};
@@ -460,6 +461,28 @@ impl Fleet {
         Api::all(self.workload.clone())
     }
 
+    /// How long until `done` holds, `None` if not within `secs`.
+    async fn wait<F, Fut>(&self, secs: u64, mut done: F) -> Option<Duration>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(secs) {
+            if done().await {
+                return Some(start.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+}
+
+impl MhcFleet for Fleet {
+    fn machines(&self) -> &Api<DynamicObject> {
+        &self.machines
+    }
+
     /// Writes the Node's Ready condition in the workload cluster as the node
     /// lifecycle controller would: `True` (kubelet posting) or `Unknown`
     /// (kubelet stopped posting), with the transition at now. The fake
@@ -500,50 +523,6 @@ impl Fleet {
             )
             .await
             .unwrap_or_else(|e| panic!("node {machine} Ready={status}: {e}"));
-    }
-
-    /// Gone, or being deleted.
-    async fn deleted(&self, machine: &str) -> bool {
-        match self.machines.get_opt(machine).await.expect("get machine") {
-            None => true,
-            Some(o) => o.metadata.deletion_timestamp.is_some(),
-        }
-    }
-
-    async fn held(&self, machine: &str) -> bool {
-        self.machines
-            .get_opt(machine)
-            .await
-            .expect("get machine")
-            .is_some_and(|o| {
-                o.annotations().get(CAPI_PAUSED).map(String::as_str) == Some(PAUSE_MARKER)
-            })
-    }
-
-    /// How long until `done` holds, `None` if not within `secs`.
-    async fn wait<F, Fut>(&self, secs: u64, mut done: F) -> Option<Duration>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = bool>,
-    {
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(secs) {
-            if done().await {
-                return Some(start.elapsed());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        None
-    }
-
-    async fn wait_deleted(&self, machine: &str, secs: u64) -> Option<Duration> {
-        self.wait(secs, || self.deleted(machine)).await
-    }
-
-    /// The Machine's condition `type`, `(status, reason)`.
-    async fn condition(&self, machine: &str, type_: &str) -> Option<(String, String)> {
-        let o = self.machines.get_opt(machine).await.ok()??;
-        condition(&o, type_)
     }
 }
 
@@ -690,113 +669,15 @@ async fn the_real_mhc_leaves_in_memory_machines_remedy_holds_and_judges_them_afr
     // The cooldown outlasts the 20 s watched below.
     let remedy = Remedy::serve(&fleet.cluster, &config(&ns, "35s"));
     wait_watching(&remedy).await;
-    for m in ["w-0", "w-1", "w-2"] {
-        fleet
-            .machines
-            .patch_status(
-                m,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": failed_status()})),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("status of {m}: {e}"));
-    }
-    remedy
-        .until(
-            Duration::from_secs(30),
-            "w-0, w-1, w-2 held by the breaker",
-            || async {
-                fleet.held("w-0").await && fleet.held("w-1").await && fleet.held("w-2").await
-            },
-        )
-        .await;
-    let held_at = Instant::now();
-    assert!(!fleet.held("w-3").await, "w-3 does not fail");
-
-    for m in ["w-0", "w-1", "w-3"] {
-        fleet.set_ready(m, "Unknown").await;
-    }
-    let unknown_at = Instant::now();
-    // Well past the rule: the held ones stay, the free one goes.
-    let mut w3_deleted = None;
-    let mut w1_recovered = false;
-    while unknown_at.elapsed() < Duration::from_secs(20) {
-        for m in ["w-0", "w-1", "w-2"] {
-            assert!(
-                !fleet.deleted(m).await,
-                "{m} deleted {:?} after its Node went Unknown, while remedy held it",
-                unknown_at.elapsed()
-            );
-        }
-        if w3_deleted.is_none() && fleet.deleted("w-3").await {
-            w3_deleted = Some(unknown_at.elapsed());
-        }
-        if !w1_recovered && unknown_at.elapsed() > Duration::from_secs(12) {
-            fleet.set_ready("w-1", "True").await;
-            w1_recovered = true;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    for m in ["w-0", "w-1", "w-2"] {
-        assert!(
-            fleet.held(m).await,
-            "{m} released {:?} after the hold: the cooldown is too short for this test",
-            held_at.elapsed()
-        );
-    }
-    let w3_deleted = w3_deleted.unwrap_or_else(|| panic!("w-3 (not held) was not deleted in 20 s"));
-
-    // The breaker closes: remedy clears each failure and unpauses.
-    remedy
-        .until(Duration::from_secs(40), "w-0 released", || async {
-            !fleet.held("w-0").await
-        })
-        .await;
-    let released_at = Instant::now();
-    let w0_after_release = fleet.wait_deleted("w-0", 20).await.unwrap_or_else(|| {
-        panic!(
-            "w-0 (Node Unknown for {:?}) not deleted 20 s after its release\n{}",
-            unknown_at.elapsed(),
-            remedy.log_tail()
-        )
-    });
-    remedy
-        .until(Duration::from_secs(20), "w-1 and w-2 released", || async {
-            !fleet.held("w-1").await && !fleet.held("w-2").await
-        })
-        .await;
-    // Healthy Nodes: the MHC finds nothing to do after the release.
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    for m in ["w-1", "w-2"] {
-        assert!(
-            !fleet.deleted(m).await,
-            "{m} deleted after its release, its Node Ready"
-        );
-        let o = fleet.machines.get(m).await.expect("machine");
-        assert!(
-            o.data["status"]["deprecated"]["v1beta1"]
-                .get("failureReason")
-                .is_none(),
-            "{m}: remedy's release clears the failure: {}",
-            o.data["status"]
-        );
-        assert!(!o.annotations().contains_key(CAPI_PAUSED), "{m} unpaused");
-        assert!(
-            !o.annotations().contains_key(HOLD_ANNOTATION),
-            "{m} record gone"
-        );
-        assert_eq!(
-            fleet.condition(m, "HealthCheckSucceeded").await,
-            Some(("True".into(), "HealthCheckSucceeded".into())),
-            "{m}"
-        );
-    }
+    let kept = held_machines_are_kept_then_judged_afresh(&fleet, &remedy, failed_status()).await;
     eprintln!(
         "real MHC {} + CAPD in-memory and remedy's hold: not-held w-3 deleted {w3_deleted:?} after its Node went Unknown; \
          held w-0 kept {:?} while held (Node Unknown throughout), deleted {w0_after_release:?} after remedy released it; \
          w-1 (Node Ready again during the hold) and w-2 (Ready) kept 10 s after release",
         CAPI.version(),
-        released_at.duration_since(unknown_at)
+        kept.w0_kept,
+        w3_deleted = kept.w3_deleted,
+        w0_after_release = kept.w0_after_release,
     );
 }
 

@@ -22,6 +22,7 @@
 //!   to it (a known gap, recorded in docs/upstream-behaviour.md).
 
 use crate::support::capi::{Capi, capi_api, start_manager};
+use crate::support::mhc::{MhcFleet, held_machines_are_kept_then_judged_afresh};
 use crate::support::{Remedy, TestCluster, eventually, namespace};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -29,9 +30,9 @@ use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use kube::{Client, ResourceExt};
-use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, PAUSE_MARKER};
+use remedy::model::profile::CAPI_PAUSED;
 use serde_json::{Value, json};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 const POOL_LABEL: &str = "remedy.test/pool";
@@ -370,53 +371,15 @@ impl Fleet {
         .await;
         fleet
     }
+}
+
+impl MhcFleet for Fleet {
+    fn machines(&self) -> &Api<DynamicObject> {
+        &self.machines
+    }
 
     async fn set_ready(&self, machine: &str, status: &str) {
         set_ready(&self.nodes, &node_name(&self.ns, machine), status).await;
-    }
-
-    /// Gone, or being deleted.
-    async fn deleted(&self, machine: &str) -> bool {
-        match self.machines.get_opt(machine).await.expect("get machine") {
-            None => true,
-            Some(o) => o.metadata.deletion_timestamp.is_some(),
-        }
-    }
-
-    async fn held(&self, machine: &str) -> bool {
-        self.machines
-            .get_opt(machine)
-            .await
-            .expect("get machine")
-            .is_some_and(|o| {
-                o.annotations().get(CAPI_PAUSED).map(String::as_str) == Some(PAUSE_MARKER)
-            })
-    }
-
-    /// How long until `machine` is deleted, `None` if not within `secs`.
-    async fn wait_deleted(&self, machine: &str, secs: u64) -> Option<Duration> {
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(secs) {
-            if self.deleted(machine).await {
-                return Some(start.elapsed());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        None
-    }
-
-    /// The Machine's MHC condition, `(status, reason)`.
-    async fn health(&self, machine: &str) -> Option<(String, String)> {
-        let o = self.machines.get_opt(machine).await.ok()??;
-        let c = o.data["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == "HealthCheckSucceeded")?
-            .clone();
-        Some((
-            c["status"].as_str()?.to_string(),
-            c["reason"].as_str().unwrap_or_default().to_string(),
-        ))
     }
 }
 
@@ -511,7 +474,7 @@ async fn the_real_mhc_replaces_a_machine_remedy_has_no_reason_to_hold(capi: Capi
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!fleet.deleted("w-1").await, "w-1's Node is Ready");
     assert_eq!(
-        fleet.health("w-1").await,
+        fleet.condition("w-1", "HealthCheckSucceeded").await,
         Some(("True".into(), "HealthCheckSucceeded".into()))
     );
     let hold = remedy
@@ -554,99 +517,7 @@ async fn the_real_mhc_leaves_machines_remedy_holds_and_judges_them_afresh_once_r
     // The cooldown outlasts the 20 s watched below.
     let remedy = Remedy::serve(cluster, &config(&ns, "35s"));
     remedy.wait_ready().await;
-    for m in ["w-0", "w-1", "w-2"] {
-        patch_status(&fleet.machines, m, failed_status()).await;
-    }
-    remedy
-        .until(
-            Duration::from_secs(30),
-            "w-0, w-1, w-2 held by the breaker",
-            || async {
-                fleet.held("w-0").await && fleet.held("w-1").await && fleet.held("w-2").await
-            },
-        )
-        .await;
-    let held_at = Instant::now();
-    assert!(!fleet.held("w-3").await, "w-3 does not fail");
-
-    for m in ["w-0", "w-1", "w-3"] {
-        fleet.set_ready(m, "Unknown").await;
-    }
-    let unknown_at = Instant::now();
-    // Well past the rule: the held ones stay, the free one goes.
-    let mut w3_deleted = None;
-    let mut w1_recovered = false;
-    while unknown_at.elapsed() < Duration::from_secs(20) {
-        for m in ["w-0", "w-1", "w-2"] {
-            assert!(
-                !fleet.deleted(m).await,
-                "{m} deleted {:?} after its Node went Unknown, while remedy held it",
-                unknown_at.elapsed()
-            );
-        }
-        if w3_deleted.is_none() && fleet.deleted("w-3").await {
-            w3_deleted = Some(unknown_at.elapsed());
-        }
-        if !w1_recovered && unknown_at.elapsed() > Duration::from_secs(12) {
-            fleet.set_ready("w-1", "True").await;
-            w1_recovered = true;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    for m in ["w-0", "w-1", "w-2"] {
-        assert!(
-            fleet.held(m).await,
-            "{m} released {:?} after the hold: the cooldown is too short for this test",
-            held_at.elapsed()
-        );
-    }
-    let w3_deleted = w3_deleted.unwrap_or_else(|| panic!("w-3 (not held) was not deleted in 20 s"));
-
-    // The breaker closes: remedy clears each failure and unpauses.
-    remedy
-        .until(Duration::from_secs(40), "w-0 released", || async {
-            !fleet.held("w-0").await
-        })
-        .await;
-    let released_at = Instant::now();
-    let w0_after_release = fleet.wait_deleted("w-0", 20).await.unwrap_or_else(|| {
-        panic!(
-            "w-0 (Node Unknown for {:?}) not deleted 20 s after its release\n{}",
-            unknown_at.elapsed(),
-            remedy.log_tail()
-        )
-    });
-    remedy
-        .until(Duration::from_secs(20), "w-1 and w-2 released", || async {
-            !fleet.held("w-1").await && !fleet.held("w-2").await
-        })
-        .await;
-    // Healthy Nodes: the MHC finds nothing to do after the release.
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    for m in ["w-1", "w-2"] {
-        assert!(
-            !fleet.deleted(m).await,
-            "{m} deleted after its release, its Node Ready"
-        );
-        let o = fleet.machines.get(m).await.expect("machine");
-        assert!(
-            o.data["status"]["deprecated"]["v1beta1"]
-                .get("failureReason")
-                .is_none(),
-            "{m}: remedy's release clears the failure: {}",
-            o.data["status"]
-        );
-        assert!(!o.annotations().contains_key(CAPI_PAUSED), "{m} unpaused");
-        assert!(
-            !o.annotations().contains_key(HOLD_ANNOTATION),
-            "{m} record gone"
-        );
-        assert_eq!(
-            fleet.health(m).await,
-            Some(("True".into(), "HealthCheckSucceeded".into())),
-            "{m}"
-        );
-    }
+    let kept = held_machines_are_kept_then_judged_afresh(&fleet, &remedy, failed_status()).await;
     // Each release cleared the failure under skip-remediation (set, then
     // removed), so the MHC skipped the Machine until the pause went
     // (the unpause is counted as the release).
@@ -670,7 +541,9 @@ async fn the_real_mhc_leaves_machines_remedy_holds_and_judges_them_afresh_once_r
          held w-0 kept {:?} while held (Node Unknown throughout), deleted {w0_after_release:?} after remedy released it; \
          w-1 (Node Ready again during the hold) and w-2 (Ready) kept 10 s after release",
         capi.version(),
-        released_at.duration_since(unknown_at)
+        kept.w0_kept,
+        w3_deleted = kept.w3_deleted,
+        w0_after_release = kept.w0_after_release,
     );
 }
 

@@ -32,17 +32,14 @@
 //! into its Ready condition and then stops reconciling, is released after
 //! its server with that condition cleared, and follows it.
 
-use crate::support::capo_env::{
-    CLUSTER, CLUSTER_NAME_LABEL, Capo, Env, INFRA, api, condition, create,
-};
+use crate::support::capo_env::{Capo, CapoApi, Env, INFRA, api, condition};
 use crate::support::openstack::{
-    FLAVOR, FakeOpenstack, IMAGE_ID, NETWORK_ID, SUBNET_ID, Sample, Supervised, parse_metrics,
-    start_capi_manager, start_capo_manager, sum, wait_for,
+    FakeOpenstack, IMAGE_ID, Sample, Supervised, parse_metrics, start_capi_manager,
+    start_capo_manager, sum, wait_for,
 };
 use crate::support::{CrdSet, Remedy, TestCluster, namespace};
 use futures::StreamExt;
-use kube::Client;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldMark, PAUSE_MARKER, builtin};
 use remedy::remediate::step::{Goal, Step, patch};
@@ -983,101 +980,6 @@ mod v015 {
     use super::*;
     use crate::support::openstack::{start_capi_manager_v1_13, start_capo_manager_v0_15};
 
-    /// An Env with its objects at v1beta2 (the storage version of
-    /// OpenStackMachine and OpenStackCluster in v0.15; OpenStackServer is
-    /// still v1alpha1 only). The test cluster has no conversion webhook:
-    /// every CAPO object is written and read at v1beta2.
-    async fn env(client: Client, ns: String, fake: &FakeOpenstack) -> Env {
-        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
-        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
-            "metadata": {"name": "cloud-config"},
-            "stringData": {"clouds.yaml": fake.clouds_yaml()},
-        }))
-        .expect("secret");
-        secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("identity secret");
-        let env = Env {
-            servers: api(&client, &ns, INFRA, "v1alpha1", "OpenStackServer"),
-            osms: api(&client, &ns, INFRA, "v1beta2", "OpenStackMachine"),
-            machines: api(&client, &ns, "cluster.x-k8s.io", "v1beta2", "Machine"),
-            client,
-            ns,
-        };
-        create(
-            &api(&env.client, &env.ns, "cluster.x-k8s.io", "v1beta2", "Cluster"),
-            json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": CLUSTER},
-                "spec": {
-                    "clusterNetwork": {"serviceDomain": "cluster.local"},
-                    "infrastructureRef": {"apiGroup": INFRA, "kind": "OpenStackCluster", "name": CLUSTER},
-                },
-            }),
-        )
-        .await;
-        // v1beta2 spells v1beta1's disableExternalNetwork and
-        // disableAPIServerFloatingIP as enable* false; no managed load
-        // balancer unless asked for.
-        create(
-            &api(&env.client, &env.ns, INFRA, "v1beta2", "OpenStackCluster"),
-            json!({
-                "apiVersion": format!("{INFRA}/v1beta2"), "kind": "OpenStackCluster",
-                "metadata": {"name": CLUSTER, "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
-                "spec": {
-                    "identityRef": {"cloudName": "fake", "name": "cloud-config"},
-                    "network": {"id": NETWORK_ID},
-                    "subnets": [{"id": SUBNET_ID}],
-                    "enableExternalNetwork": false,
-                    "apiServer": {"enableFloatingIP": false},
-                    "controlPlaneEndpoint": {"host": "10.6.0.5", "port": 6443},
-                },
-            }),
-        )
-        .await;
-        env
-    }
-
-    /// A worker Machine in `zone` with its v1beta2 OpenStackMachine (the
-    /// flavor is a FlavorParam now, not a name).
-    async fn machine(env: &Env, name: &str, zone: &str) {
-        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-            Api::namespaced(env.client.clone(), &env.ns);
-        let data: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
-            "metadata": {"name": format!("{name}-bootstrap")},
-            "stringData": {"value": "#cloud-config\n", "format": "cloud-config"},
-        }))
-        .expect("secret");
-        secrets
-            .create(&PostParams::default(), &data)
-            .await
-            .expect("bootstrap secret");
-        create(
-            &env.osms,
-            json!({
-                "apiVersion": format!("{INFRA}/v1beta2"), "kind": "OpenStackMachine",
-                "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
-                "spec": {"flavor": {"filter": {"name": FLAVOR}}, "image": {"id": IMAGE_ID}},
-            }),
-        )
-        .await;
-        create(
-            &env.machines,
-            json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
-                "spec": {
-                    "clusterName": CLUSTER,
-                    "failureDomain": zone,
-                    "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
-                    "infrastructureRef": {"apiGroup": INFRA, "kind": "OpenStackMachine", "name": name},
-                },
-            }),
-        )
-        .await;
-    }
-
     /// The fake, a private cluster with the v0.15 CRDs, both managers and
     /// one CAPO cluster. Fields drop in order, as in `Capo`.
     struct Capo15 {
@@ -1096,7 +998,7 @@ mod v015 {
             let ns = namespace(&client, prefix).await;
             let capi = start_capi_manager_v1_13(&cluster, &ns).await;
             let capo = start_capo_manager_v0_15(&cluster, &ns).await;
-            let env = env(client, ns, &fake).await;
+            let env = Env::at(CapoApi::V1beta2, client, ns, &fake).await;
             Self {
                 env,
                 capo,
@@ -1270,7 +1172,7 @@ mod v015 {
         let (env, fake, procs) = (&s.env, &s.fake, s.procs());
         s.outage().await;
         let start = Instant::now();
-        machine(env, "m1", "az2").await;
+        env.machine("m1", "az2").await;
         s.error("m1").await;
         let error_at = start.elapsed();
         // A second create may follow the first within milliseconds (a
@@ -1374,7 +1276,7 @@ mod v015 {
         let osm_history = History::start(&env.osms, "m1");
         s.outage().await;
         let start = Instant::now();
-        machine(env, "m1", "az2").await;
+        env.machine("m1", "az2").await;
         s.error("m1").await;
         let error_at = start.elapsed();
 

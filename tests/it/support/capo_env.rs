@@ -44,8 +44,28 @@ pub async fn create(api: &Api<DynamicObject>, v: Value) {
         .unwrap_or_else(|e| panic!("create {name}: {e}"));
 }
 
+/// The API version CAPO's OpenStackMachine and OpenStackCluster are
+/// written and read at: v0.14's v1beta1, or v0.15's v1beta2 (its storage
+/// version). The test cluster has no conversion webhook, so each test
+/// keeps to one. OpenStackServer is v1alpha1 in both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapoApi {
+    V1beta1,
+    V1beta2,
+}
+
+impl CapoApi {
+    fn version(self) -> &'static str {
+        match self {
+            CapoApi::V1beta1 => "v1beta1",
+            CapoApi::V1beta2 => "v1beta2",
+        }
+    }
+}
+
 /// The objects of one CAPO cluster on the fake's pre-created network.
 pub struct Env {
+    pub api: CapoApi,
     pub client: Client,
     pub ns: String,
     pub servers: Api<DynamicObject>,
@@ -55,6 +75,10 @@ pub struct Env {
 
 impl Env {
     pub async fn new(client: Client, ns: String, fake: &FakeOpenstack) -> Self {
+        Self::at(CapoApi::V1beta1, client, ns, fake).await
+    }
+
+    pub async fn at(capo: CapoApi, client: Client, ns: String, fake: &FakeOpenstack) -> Self {
         let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
         let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
             "metadata": {"name": "cloud-config"},
@@ -65,9 +89,11 @@ impl Env {
             .create(&PostParams::default(), &secret)
             .await
             .expect("identity secret");
+        let v = capo.version();
         let env = Self {
+            api: capo,
             servers: api(&client, &ns, INFRA, "v1alpha1", "OpenStackServer"),
-            osms: api(&client, &ns, INFRA, "v1beta1", "OpenStackMachine"),
+            osms: api(&client, &ns, INFRA, v, "OpenStackMachine"),
             machines: api(&client, &ns, "cluster.x-k8s.io", "v1beta2", "Machine"),
             client,
             ns,
@@ -86,28 +112,48 @@ impl Env {
         .await;
         // Existing network and subnet, no external network, no load
         // balancer, a fixed endpoint: the cluster needs no cloud writes.
+        // v1beta2 spells v1beta1's disableExternalNetwork and
+        // disableAPIServerFloatingIP as enable* false, and has no managed
+        // load balancer unless asked for.
+        let mut spec = json!({
+            "identityRef": {"cloudName": "fake", "name": "cloud-config"},
+            "network": {"id": NETWORK_ID},
+            "subnets": [{"id": SUBNET_ID}],
+            "controlPlaneEndpoint": {"host": "10.6.0.5", "port": 6443},
+        });
+        let layout = match capo {
+            CapoApi::V1beta1 => json!({
+                "disableExternalNetwork": true,
+                "disableAPIServerFloatingIP": true,
+                "apiServerLoadBalancer": {"enabled": false},
+            }),
+            CapoApi::V1beta2 => json!({
+                "enableExternalNetwork": false,
+                "apiServer": {"enableFloatingIP": false},
+            }),
+        };
+        if let (Some(spec), Some(layout)) = (spec.as_object_mut(), layout.as_object()) {
+            spec.extend(layout.clone());
+        }
         create(
-            &api(&env.client, &env.ns, INFRA, "v1beta1", "OpenStackCluster"),
+            &api(&env.client, &env.ns, INFRA, v, "OpenStackCluster"),
             json!({
-                "apiVersion": format!("{INFRA}/v1beta1"), "kind": "OpenStackCluster",
+                "apiVersion": format!("{INFRA}/{v}"), "kind": "OpenStackCluster",
                 "metadata": {"name": CLUSTER, "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
-                "spec": {
-                    "identityRef": {"cloudName": "fake", "name": "cloud-config"},
-                    "network": {"id": NETWORK_ID},
-                    "subnets": [{"id": SUBNET_ID}],
-                    "disableExternalNetwork": true,
-                    "disableAPIServerFloatingIP": true,
-                    "apiServerLoadBalancer": {"enabled": false},
-                    "controlPlaneEndpoint": {"host": "10.6.0.5", "port": 6443},
-                },
+                "spec": spec,
             }),
         )
         .await;
         env
     }
 
-    /// A worker Machine in `zone` with its OpenStackMachine and bootstrap data.
+    /// A worker Machine in `zone` with its OpenStackMachine and bootstrap
+    /// data (in v1beta2 the flavor is a FlavorParam, not a name).
     pub async fn machine(&self, name: &str, zone: &str) {
+        let flavor = match self.api {
+            CapoApi::V1beta1 => json!(FLAVOR),
+            CapoApi::V1beta2 => json!({"filter": {"name": FLAVOR}}),
+        };
         let secrets: Api<k8s_openapi::api::core::v1::Secret> =
             Api::namespaced(self.client.clone(), &self.ns);
         let data: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
@@ -122,9 +168,9 @@ impl Env {
         create(
             &self.osms,
             json!({
-                "apiVersion": format!("{INFRA}/v1beta1"), "kind": "OpenStackMachine",
+                "apiVersion": format!("{INFRA}/{}", self.api.version()), "kind": "OpenStackMachine",
                 "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
-                "spec": {"flavor": FLAVOR, "image": {"id": IMAGE_ID}},
+                "spec": {"flavor": flavor, "image": {"id": IMAGE_ID}},
             }),
         )
         .await;

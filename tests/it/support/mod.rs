@@ -6,6 +6,7 @@ pub mod brupop;
 pub mod capi;
 pub mod capo;
 pub mod capo_env;
+pub mod mhc;
 pub mod node;
 pub mod objects;
 pub mod openstack;
