@@ -4,6 +4,12 @@
 //! make the controller retry (failure fields cleared, guarded), the stale
 //! condition left until the controller reconciles is not taken for a new
 //! failure, and every failure is counted once.
+//!
+//! Both runs use the openstack-machine built-in without `/status/conditions`
+//! in its `clear_status` (the built-in clears them since CAPO v0.15, see
+//! src/model/profile/builtins.rs): the stale-signal guard is what is tested,
+//! as for any kind whose conditions remedy may not clear, and with the
+//! conditions cleared the control would have nothing stale to misread.
 
 use crate::support::capo::StandInCapo;
 use crate::support::objects::{api_for, create_with_status, sample};
@@ -47,8 +53,15 @@ async fn outage(prefix: &str, grace: &str) -> Run {
     // The controller works 1.5 s behind: remedy sees each state it leaves.
     let capo = StandInCapo::start(api.clone(), Duration::from_millis(1500));
 
+    let mut profile = remedy::model::profile::builtin("openstack-machine").expect("built-in");
+    profile.name = "openstack-machine-conditions-kept".into();
+    profile
+        .remediation
+        .clear_status
+        .retain(|f| f != "/status/conditions");
+    let profile = serde_json::to_string(&profile).expect("profile");
     let config = format!(
-        "namespaces: [{ns}]\nprofiles: [openstack-machine]\ntick: 200ms\nleader_election: {{enabled: false}}\n\
+        "namespaces: [{ns}]\nprofiles: [{profile}]\ntick: 200ms\nleader_election: {{enabled: false}}\n\
          controller_grace: {grace}\n\
          backoff: {{base: 1s, cap: 4s, quiet_window: 100000h}}\n\
          budget: {{refill_per_second: 8, burst: 8}}\n\
