@@ -288,8 +288,7 @@ impl Executor {
                     self.event(profile, &updated, goal, step).await;
                     steps.push(step);
                     conflicts = 0;
-                    // A note is one write: no read to confirm it.
-                    if step == Step::Note {
+                    if step.ends_goal() {
                         return Ok(Outcome {
                             steps,
                             done: Done::Complete,

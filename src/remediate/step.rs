@@ -74,6 +74,14 @@ impl Step {
     pub fn is_status(&self) -> bool {
         matches!(self, Self::ClearFailure | Self::ResetCounters)
     }
+
+    /// Whether the goal ends with this write. The unpause hands the object
+    /// back to its controller: what the controller writes from then on
+    /// (CAPO's InstanceReady False while the new server builds) is its own,
+    /// not a failure for the same goal to clear again. A note is one write.
+    pub fn ends_goal(&self) -> bool {
+        matches!(self, Self::Unpause | Self::Note)
+    }
 }
 
 /// Why there is nothing (more) to do.
@@ -390,6 +398,9 @@ pub fn all_steps(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> (Vec<St
             Ok(step) => {
                 let body = patch(profile, &cur, goal, step);
                 steps.push(step);
+                if step.ends_goal() {
+                    break;
+                }
                 match apply_locally(&cur, &body) {
                     Some(next) => cur = next,
                     None => break,
@@ -615,6 +626,43 @@ mod tests {
         assert_eq!(
             all_steps(&unpause_only, &osm, &Goal::Release).0,
             vec![Step::Unpause]
+        );
+    }
+
+    /// The unpause is the goal's last write: the executor stops there, for
+    /// the controller's next write (CAPO's InstanceReady False while the new
+    /// server builds) would otherwise read as more to clear.
+    #[test]
+    fn the_unpause_ends_the_goal_though_the_controller_writes_a_false_condition_next() {
+        let p = builtin("openstack-machine").unwrap();
+        let osm = |status: Value| {
+            obj(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackMachine",
+                "metadata": {"name": "m", "namespace": "d", "resourceVersion": "1"},
+                "status": status
+            }))
+        };
+        let failed = held(
+            &p,
+            &osm(
+                json!({"failureReason": "CreateError", "failureMessage": "got 503", "conditions": [
+                    {"type": "InstanceReady", "status": "False", "reason": "InstanceCreateFailed"}
+                ]}),
+            ),
+        );
+        let (steps, done) = all_steps(&p, &failed, &Goal::Remediate);
+        assert_eq!(steps, vec![Step::ClearFailure, Step::Unpause]);
+        assert_eq!(done, Done::Complete);
+        assert!(Step::Unpause.ends_goal() && Step::Note.ends_goal());
+        assert!(!Step::ClearFailure.ends_goal() && !Step::Hold.ends_goal());
+        // What the controller writes after the unpause, planned afresh,
+        // would be cleared: only ending at the unpause prevents it.
+        let building = osm(json!({"instanceState": "BUILD", "conditions": [
+            {"type": "InstanceReady", "status": "False", "severity": "Info", "reason": "InstanceNotReady"}
+        ]}));
+        assert_eq!(
+            next_step(&p, &building, &Goal::Remediate),
+            Ok(Step::ClearFailure)
         );
     }
 
