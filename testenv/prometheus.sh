@@ -35,14 +35,20 @@ build() {
   mkdir -p "$dir.tmp"
   local targets=()
   for pkg in "$@"; do targets+=("$pkg@$module_version"); done
-  GOBIN=$dir.tmp go install -trimpath \
+  GOBIN=$dir.tmp go install -trimpath -tags "$PROMETHEUS_TAGS" \
     -ldflags "-s -w -X github.com/prometheus/common/version.Version=$version -X github.com/prometheus/common/version.Branch=module" \
     "${targets[@]}"
   rm -rf "$dir"
   mv "$dir.tmp" "$dir"
 }
 
-prom_dir=$cache/prometheus-$PROMETHEUS_MODULE
+# Service discovery: file, HTTP (always built) and Kubernetes (the
+# Prometheus Operator's ServiceMonitors, tests/it/node_prometheus_operator.rs)
+# only; the tests use no other. The cloud SDKs of the other mechanisms
+# (plugins/plugin_*.go: `remove_all_sd`, `enable_<name>_sd`) are most of a
+# cold build. Scraping, rules, alerting and the HTTP API are the same code.
+PROMETHEUS_TAGS=remove_all_sd,enable_kubernetes_sd
+prom_dir=$cache/prometheus-$PROMETHEUS_MODULE-sd-kubernetes
 am_dir=$cache/alertmanager-$ALERTMANAGER_VERSION
 build "$prom_dir" "$PROMETHEUS_VERSION" "$PROMETHEUS_MODULE" \
   github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
