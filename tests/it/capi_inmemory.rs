@@ -29,7 +29,10 @@
 
 use crate::remediate::executor;
 use crate::support::capi::{Capi, capi_api, start_manager};
-use crate::support::mhc::{MhcFleet, held_machines_are_kept_then_judged_afresh};
+use crate::support::mhc::{
+    CLUSTER_NAME_LABEL, MhcFleet, held_machines_are_kept_then_judged_afresh, machine,
+    worker_health_check, worker_set,
+};
 use crate::support::procs::{Proc, spawn_with_env};
 use crate::support::{CrdSet, Remedy, TestCluster, eventually, free_port, namespace, repo};
 use k8s_openapi::api::core::v1::{Node, Secret};
@@ -47,8 +50,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 const CAPI: Capi = Capi::V1_14;
-const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
-const POOL_LABEL: &str = "remedy.test/pool";
 const INFRA_GROUP: &str = "infrastructure.cluster.x-k8s.io";
 /// The MHC's rule: Ready=Unknown for this long.
 const RULE_SECS: u64 = 5;
@@ -155,17 +156,7 @@ async fn start_capd(cluster: &TestCluster, ns: &str) -> Proc {
         &args,
         &[("POD_IP", "127.0.0.1")],
     );
-    let http = reqwest::Client::new();
-    let url = format!("{}/readyz", capd.base);
-    eventually(
-        Duration::from_secs(60),
-        "the CAPD manager ready",
-        || async {
-            let r = http.get(&url).send().await.ok()?;
-            r.status().is_success().then_some(())
-        },
-    )
-    .await;
+    capd.wait_readyz("the CAPD manager ready").await;
     capd
 }
 
@@ -284,28 +275,13 @@ impl Fleet {
             }),
         )
         .await;
-        let set = create(&sets, json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
-            "metadata": {
-                "name": "workers",
-                // Its Machines are the test's (named, so each plays a
-                // part): a deleted one is not replaced.
-                "annotations": {"cluster.x-k8s.io/disable-machine-create": "true"},
-            },
-            "spec": {
-                "clusterName": "c",
-                "replicas": workers.len(),
-                "selector": {"matchLabels": {POOL_LABEL: "workers"}},
-                "template": {
-                    "metadata": {"labels": {POOL_LABEL: "workers"}},
-                    "spec": {
-                        "clusterName": "c",
-                        "bootstrap": {"dataSecretName": "bootstrap"},
-                        "infrastructureRef": {"apiGroup": INFRA_GROUP, "kind": "DevMachineTemplate", "name": "workers"},
-                    },
-                },
-            },
-        }))
+        let set = create(
+            &sets,
+            worker_set(
+                workers.len(),
+                json!({"apiGroup": INFRA_GROUP, "kind": "DevMachineTemplate", "name": "workers"}),
+            ),
+        )
         .await;
         let set_uid = set.uid().expect("uid");
 
@@ -321,48 +297,18 @@ impl Fleet {
                 }),
             )
             .await;
-            let mut labels = json!({CLUSTER_NAME_LABEL: "c"});
-            let mut owners = json!([]);
-            if m == "cp-0" {
-                labels["cluster.x-k8s.io/control-plane"] = json!("");
-            } else {
-                labels[POOL_LABEL] = json!("workers");
-                owners = json!([{
-                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
-                    "name": "workers", "uid": set_uid, "controller": true, "blockOwnerDeletion": true,
-                }]);
-            }
-            // No bootstrap provider: the data Secret's name is what the
-            // Machine controller and CAPD wait for; nothing boots from it.
-            create(&machines, json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": m, "labels": labels, "ownerReferences": owners},
-                "spec": {
-                    "clusterName": "c",
-                    "bootstrap": {"dataSecretName": "bootstrap"},
-                    "infrastructureRef": {"apiGroup": INFRA_GROUP, "kind": "DevMachine", "name": m},
-                },
-            }))
+            create(
+                &machines,
+                machine(
+                    m,
+                    &set_uid,
+                    json!({"apiGroup": INFRA_GROUP, "kind": "DevMachine", "name": m}),
+                ),
+            )
             .await;
         }
         if mhc {
-            create(
-                &mhcs,
-                json!({
-                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
-                    "metadata": {"name": "workers"},
-                    "spec": {
-                        "clusterName": "c",
-                        "selector": {"matchLabels": {POOL_LABEL: "workers"}},
-                        "checks": {
-                            "unhealthyNodeConditions": [
-                                {"type": "Ready", "status": "Unknown", "timeoutSeconds": RULE_SECS},
-                            ],
-                        },
-                    },
-                }),
-            )
-            .await;
+            create(&mhcs, worker_health_check(RULE_SECS)).await;
         }
 
         // The real providers bring every Machine to Running with the Node
@@ -574,22 +520,6 @@ fn failed_status() -> Value {
     }}})
 }
 
-async fn wait_watching(remedy: &Remedy) {
-    remedy.wait_ready().await;
-    remedy
-        .until(
-            Duration::from_secs(30),
-            "remedy watching the Machines",
-            || async {
-                remedy
-                    .metric(r#"remedy_watch_synced{kind="Machine"}"#)
-                    .await
-                    == 1.0
-            },
-        )
-        .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_mhc_replaces_an_in_memory_machine_remedy_has_no_reason_to_hold() {
     if !runnable() {
@@ -597,7 +527,7 @@ async fn the_real_mhc_replaces_an_in_memory_machine_remedy_has_no_reason_to_hold
     }
     let (fleet, ns) = Fleet::create("capd-mhc-free", &["w-0", "w-1"], true).await;
     let remedy = Remedy::serve(&fleet.cluster, &config(&ns, "2s"));
-    wait_watching(&remedy).await;
+    remedy.wait_watching(&["Machine"]).await;
 
     fleet.set_ready("w-0", "Unknown").await;
     let took = fleet.wait_deleted("w-0", 30).await.unwrap_or_else(|| {
@@ -668,7 +598,7 @@ async fn the_real_mhc_leaves_in_memory_machines_remedy_holds_and_judges_them_afr
     let (fleet, ns) = Fleet::create("capd-mhc-held", &["w-0", "w-1", "w-2", "w-3"], true).await;
     // The cooldown outlasts the 20 s watched below.
     let remedy = Remedy::serve(&fleet.cluster, &config(&ns, "35s"));
-    wait_watching(&remedy).await;
+    remedy.wait_watching(&["Machine"]).await;
     let kept = held_machines_are_kept_then_judged_afresh(&fleet, &remedy, failed_status()).await;
     eprintln!(
         "real MHC {} + CAPD in-memory and remedy's hold: not-held w-3 deleted {w3_deleted:?} after its Node went Unknown; \

@@ -22,7 +22,10 @@
 //!   to it (a known gap, recorded in docs/upstream-behaviour.md).
 
 use crate::support::capi::{Capi, capi_api, start_manager};
-use crate::support::mhc::{MhcFleet, held_machines_are_kept_then_judged_afresh};
+use crate::support::mhc::{
+    CLUSTER_NAME_LABEL, MhcFleet, held_machines_are_kept_then_judged_afresh, machine,
+    worker_health_check, worker_set,
+};
 use crate::support::{Remedy, TestCluster, eventually, namespace};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -34,8 +37,6 @@ use remedy::model::profile::CAPI_PAUSED;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
-const POOL_LABEL: &str = "remedy.test/pool";
 /// Stand-in infrastructure provider's group: no real provider can run
 /// here, and the core controllers need an InfraCluster and InfraMachines
 /// that report `status.initialization.provisioned` (contract v1beta2).
@@ -221,28 +222,13 @@ impl Fleet {
         }))
         .await;
 
-        let set = create(&sets, json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
-            "metadata": {
-                "name": "workers",
-                // Its Machines are the test's: a deleted one is not replaced
-                // (there is nothing to clone it from).
-                "annotations": {"cluster.x-k8s.io/disable-machine-create": "true"},
-            },
-            "spec": {
-                "clusterName": "c",
-                "replicas": workers.len(),
-                "selector": {"matchLabels": {POOL_LABEL: "workers"}},
-                "template": {
-                    "metadata": {"labels": {POOL_LABEL: "workers"}},
-                    "spec": {
-                        "clusterName": "c",
-                        "bootstrap": {"dataSecretName": "bootstrap"},
-                        "infrastructureRef": {"apiGroup": STANDIN_GROUP, "kind": "StandInMachine", "name": "template"},
-                    },
-                },
-            },
-        }))
+        let set = create(
+            &sets,
+            worker_set(
+                workers.len(),
+                json!({"apiGroup": STANDIN_GROUP, "kind": "StandInMachine", "name": "template"}),
+            ),
+        )
         .await;
         let set_uid = set.uid().expect("uid");
 
@@ -277,46 +263,18 @@ impl Fleet {
             )
             .await;
 
-            let mut labels = json!({CLUSTER_NAME_LABEL: "c"});
-            let mut owners = json!([]);
-            if m == "cp-0" {
-                labels["cluster.x-k8s.io/control-plane"] = json!("");
-            } else {
-                labels[POOL_LABEL] = json!("workers");
-                owners = json!([{
-                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
-                    "name": "workers", "uid": set_uid, "controller": true, "blockOwnerDeletion": true,
-                }]);
-            }
-            create(&machines, json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": m, "labels": labels, "ownerReferences": owners},
-                "spec": {
-                    "clusterName": "c",
-                    "bootstrap": {"dataSecretName": "bootstrap"},
-                    "infrastructureRef": {"apiGroup": STANDIN_GROUP, "kind": "StandInMachine", "name": m},
-                },
-            }))
+            create(
+                &machines,
+                machine(
+                    m,
+                    &set_uid,
+                    json!({"apiGroup": STANDIN_GROUP, "kind": "StandInMachine", "name": m}),
+                ),
+            )
             .await;
         }
 
-        create(
-            &mhcs,
-            json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
-                "metadata": {"name": "workers"},
-                "spec": {
-                    "clusterName": "c",
-                    "selector": {"matchLabels": {POOL_LABEL: "workers"}},
-                    "checks": {
-                        "unhealthyNodeConditions": [
-                            {"type": "Ready", "status": "Unknown", "timeoutSeconds": RULE_SECS},
-                        ],
-                    },
-                },
-            }),
-        )
-        .await;
+        create(&mhcs, worker_health_check(RULE_SECS)).await;
 
         let fleet = Self {
             ns: ns.to_string(),
@@ -440,20 +398,8 @@ async fn the_real_mhc_replaces_a_machine_remedy_has_no_reason_to_hold(capi: Capi
     let _manager = start_manager(cluster, capi, &ns, &[]).await;
     let fleet = Fleet::create(cluster, &client, &ns, &["w-0", "w-1"]).await;
     let remedy = Remedy::serve(cluster, &config(&ns, "2s"));
-    remedy.wait_ready().await;
     // remedy has listed the Machines (and holds none: nothing fails).
-    remedy
-        .until(
-            Duration::from_secs(30),
-            "remedy watching the Machines",
-            || async {
-                remedy
-                    .metric(r#"remedy_watch_synced{kind="Machine"}"#)
-                    .await
-                    == 1.0
-            },
-        )
-        .await;
+    remedy.wait_watching(&["Machine"]).await;
 
     fleet.set_ready("w-0", "Unknown").await;
     let took = fleet.wait_deleted("w-0", 30).await.unwrap_or_else(|| {

@@ -32,7 +32,7 @@
 //! into its Ready condition and then stops reconciling, is released after
 //! its server with that condition cleared, and follows it.
 
-use crate::support::capo_env::{Capo, CapoApi, Env, INFRA, api, condition};
+use crate::support::capo_env::{Capo, CapoApi, Env, INFRA, api, condition, serve_watching_capo};
 use crate::support::openstack::{
     FakeOpenstack, IMAGE_ID, Sample, Supervised, parse_metrics, start_capi_manager,
     start_capo_manager, sum, wait_for,
@@ -1033,25 +1033,7 @@ mod v015 {
                  profiles: {profiles}\n",
                 self.env.ns
             );
-            let remedy = Remedy::serve(&self.cluster, &config);
-            remedy.wait_ready().await;
-            remedy
-                .until(
-                    Duration::from_secs(30),
-                    "remedy watching OpenStackMachines and OpenStackServers",
-                    || async {
-                        remedy
-                            .metric(r#"remedy_watch_synced{kind="OpenStackServer"}"#)
-                            .await
-                            == 1.0
-                            && remedy
-                                .metric(r#"remedy_watch_synced{kind="OpenStackMachine"}"#)
-                                .await
-                                == 1.0
-                    },
-                )
-                .await;
-            remedy
+            serve_watching_capo(&self.cluster, &config).await
         }
 
         /// Faults: Nova answers 503 to every server create in az2.

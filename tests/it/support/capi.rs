@@ -2,10 +2,9 @@
 //! it against the shared apiserver, and its v1beta2 APIs.
 
 use super::procs::{Proc, require_binary, spawn};
-use super::{CrdSet, TestCluster, eventually, free_port, repo};
+use super::{CrdSet, TestCluster, free_port, repo};
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use std::time::Duration;
 
 /// A Cluster API release whose real core manager the tests run: the
 /// newest minor the module proxy serves and the one before that users
@@ -101,17 +100,7 @@ pub async fn start_manager(cluster: &TestCluster, capi: Capi, ns: &str, extra: &
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
     let manager = spawn("capi-manager", &bin, health, dir, &args);
-    let http = reqwest::Client::new();
-    let url = format!("{}/readyz", manager.base);
-    eventually(
-        Duration::from_secs(60),
-        "the CAPI manager ready",
-        || async {
-            let r = http.get(&url).send().await.ok()?;
-            r.status().is_success().then_some(())
-        },
-    )
-    .await;
+    manager.wait_readyz("the CAPI manager ready").await;
     manager
 }
 

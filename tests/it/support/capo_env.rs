@@ -265,24 +265,16 @@ impl Capo {
     /// `remedy serve` with `config` (no `listen`: [`Remedy::serve`] sets
     /// it), once it watches both CAPO kinds.
     pub async fn remedy_with(&self, config: &str) -> Remedy {
-        let remedy = Remedy::serve(&self.cluster, config);
-        remedy.wait_ready().await;
-        remedy
-            .until(
-                Duration::from_secs(30),
-                "remedy watching OpenStackMachines and OpenStackServers",
-                || async {
-                    remedy
-                        .metric(r#"remedy_watch_synced{kind="OpenStackServer"}"#)
-                        .await
-                        == 1.0
-                        && remedy
-                            .metric(r#"remedy_watch_synced{kind="OpenStackMachine"}"#)
-                            .await
-                            == 1.0
-                },
-            )
-            .await;
-        remedy
+        serve_watching_capo(&self.cluster, config).await
     }
+}
+
+/// `remedy serve` on `cluster` with `config`, once it watches both CAPO
+/// kinds.
+pub async fn serve_watching_capo(cluster: &TestCluster, config: &str) -> Remedy {
+    let remedy = Remedy::serve(cluster, config);
+    remedy
+        .wait_watching(&["OpenStackMachine", "OpenStackServer"])
+        .await;
+    remedy
 }

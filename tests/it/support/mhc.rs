@@ -210,3 +210,77 @@ pub async fn held_machines_are_kept_then_judged_afresh(
         w0_after_release,
     }
 }
+
+/// The label the MachineSet and the MachineHealthCheck select workers by.
+pub const POOL_LABEL: &str = "remedy.test/pool";
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+
+/// The MachineSet `workers` of Cluster `c`. Its Machines are the test's
+/// (named, so each plays a part): a deleted one is not replaced.
+/// `infrastructure_ref` is its template's.
+pub fn worker_set(replicas: usize, infrastructure_ref: Value) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+        "metadata": {
+            "name": "workers",
+            "annotations": {"cluster.x-k8s.io/disable-machine-create": "true"},
+        },
+        "spec": {
+            "clusterName": "c",
+            "replicas": replicas,
+            "selector": {"matchLabels": {POOL_LABEL: "workers"}},
+            "template": {
+                "metadata": {"labels": {POOL_LABEL: "workers"}},
+                "spec": {
+                    "clusterName": "c",
+                    "bootstrap": {"dataSecretName": "bootstrap"},
+                    "infrastructureRef": infrastructure_ref,
+                },
+            },
+        },
+    })
+}
+
+/// Machine `name` of Cluster `c`: `cp-0` is the control plane, the others
+/// are workers of the MachineSet with `set_uid`. No bootstrap provider: the
+/// data Secret's name is what the controllers wait for; nothing boots.
+pub fn machine(name: &str, set_uid: &str, infrastructure_ref: Value) -> Value {
+    let mut labels = json!({CLUSTER_NAME_LABEL: "c"});
+    let mut owners = json!([]);
+    if name == "cp-0" {
+        labels["cluster.x-k8s.io/control-plane"] = json!("");
+    } else {
+        labels[POOL_LABEL] = json!("workers");
+        owners = json!([{
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+            "name": "workers", "uid": set_uid, "controller": true, "blockOwnerDeletion": true,
+        }]);
+    }
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": name, "labels": labels, "ownerReferences": owners},
+        "spec": {
+            "clusterName": "c",
+            "bootstrap": {"dataSecretName": "bootstrap"},
+            "infrastructureRef": infrastructure_ref,
+        },
+    })
+}
+
+/// The MachineHealthCheck `workers`: a worker whose Node has been Ready
+/// Unknown for `rule_secs` is unhealthy.
+pub fn worker_health_check(rule_secs: u64) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+        "metadata": {"name": "workers"},
+        "spec": {
+            "clusterName": "c",
+            "selector": {"matchLabels": {POOL_LABEL: "workers"}},
+            "checks": {
+                "unhealthyNodeConditions": [
+                    {"type": "Ready", "status": "Unknown", "timeoutSeconds": rule_secs},
+                ],
+            },
+        },
+    })
+}

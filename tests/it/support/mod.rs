@@ -376,6 +376,25 @@ impl Remedy {
         }
     }
 
+    /// Ready, and watching every one of `kinds` (its initial list done).
+    pub async fn wait_watching(&self, kinds: &[&str]) {
+        self.wait_ready().await;
+        self.until(
+            Duration::from_secs(30),
+            &format!("remedy watching {kinds:?}"),
+            || async {
+                for kind in kinds {
+                    let series = format!(r#"remedy_watch_synced{{kind="{kind}"}}"#);
+                    if self.metric(&series).await != 1.0 {
+                        return false;
+                    }
+                }
+                true
+            },
+        )
+        .await;
+    }
+
     pub async fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {

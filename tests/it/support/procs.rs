@@ -104,6 +104,18 @@ impl Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Waits (60 s at most) until its `/readyz` answers 2xx, as
+    /// controller-runtime managers do once their caches are synced.
+    pub async fn wait_readyz(&self, what: &str) {
+        let http = reqwest::Client::new();
+        let url = format!("{}/readyz", self.base);
+        super::eventually(Duration::from_secs(60), what, || async {
+            let r = http.get(&url).send().await.ok()?;
+            r.status().is_success().then_some(())
+        })
+        .await;
+    }
 }
 
 impl Drop for Proc {
