@@ -29,20 +29,24 @@ command -v go >/dev/null || { echo "go is required to build the test cluster (te
 command -v cargo >/dev/null || { echo "cargo is required" >&2; exit 1; }
 command -v kubectl >/dev/null || { echo "kubectl (with kustomize) is required for the deploy checks" >&2; exit 1; }
 
+# step TITLE COMMAND...: a build with its title and wall time.
+step() {
+  local title=$1 start
+  shift
+  echo "== $title"
+  start=$(date +%s)
+  "$@"
+  echo "   ready in $(($(date +%s) - start)) s: $title"
+}
+
 # The test cluster (kube-apiserver, etcd) and Prometheus 3 / Alertmanager
 # 0.3x, built from Go modules: called by the playground in turn, by
 # scripts/test in its build lanes.
 build_cluster() {
-  echo "== building the test cluster (kube-apiserver, etcd) from Go modules"
-  local start=$(date +%s)
-  bash testenv/build.sh
-  echo "   ready in $(($(date +%s) - start)) s"
+  step "building the test cluster (kube-apiserver, etcd) from Go modules" bash testenv/build.sh
 }
 build_signals() {
-  echo "== building Prometheus 3 and Alertmanager 0.3x (with promtool, amtool) from Go modules"
-  local start=$(date +%s)
-  bash testenv/prometheus.sh
-  echo "   ready in $(($(date +%s) - start)) s"
+  step "building Prometheus 3 and Alertmanager 0.3x (with promtool, amtool) from Go modules" bash testenv/prometheus.sh
 }
 
 # The deploy tools, for scripts/test only (the playground needs neither):

@@ -30,13 +30,3 @@ wait_lanes() {
     return 1
   fi
 }
-
-# step TITLE COMMAND...: a build with its title and wall time.
-step() {
-  local title=$1 start
-  shift
-  echo "== $title"
-  start=$(date +%s)
-  "$@"
-  echo "   ready in $(($(date +%s) - start)) s: $title"
-}

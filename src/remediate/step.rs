@@ -635,13 +635,7 @@ mod tests {
     #[test]
     fn the_unpause_ends_the_goal_though_the_controller_writes_a_false_condition_next() {
         let p = builtin("openstack-machine").unwrap();
-        let osm = |status: Value| {
-            obj(json!({
-                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackMachine",
-                "metadata": {"name": "m", "namespace": "d", "resourceVersion": "1"},
-                "status": status
-            }))
-        };
+        let osm = |status: Value| crate::testkit::openstack_machine("m", 1, json!({}), status);
         let failed = held(
             &p,
             &osm(

@@ -30,8 +30,7 @@
 use crate::remediate::executor;
 use crate::support::capi::{Capi, capi_api, start_manager};
 use crate::support::mhc::{
-    CLUSTER_NAME_LABEL, MhcFleet, held_machines_are_kept_then_judged_afresh, machine,
-    worker_health_check, worker_set,
+    MhcFleet, held_machines_are_kept_then_judged_afresh, machine, worker_health_check, worker_set,
 };
 use crate::support::procs::{Proc, spawn_with_env};
 use crate::support::{CrdSet, Remedy, TestCluster, eventually, free_port, namespace, repo};
@@ -43,6 +42,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 use remedy::metrics::Metrics;
 use remedy::model::profile::{CAPI_PAUSED, HoldMark, builtin};
+use remedy::model::scope::CLUSTER_NAME_LABEL;
 use remedy::model::view::ResourceKey;
 use remedy::remediate::step::{Goal, Step};
 use serde_json::{Value, json};

@@ -23,8 +23,7 @@
 
 use crate::support::capi::{Capi, capi_api, start_manager};
 use crate::support::mhc::{
-    CLUSTER_NAME_LABEL, MhcFleet, held_machines_are_kept_then_judged_afresh, machine,
-    worker_health_check, worker_set,
+    MhcFleet, held_machines_are_kept_then_judged_afresh, machine, worker_health_check, worker_set,
 };
 use crate::support::{Remedy, TestCluster, eventually, namespace};
 use k8s_openapi::api::core::v1::{Node, Secret};
@@ -34,6 +33,7 @@ use kube::api::{
 };
 use kube::{Client, ResourceExt};
 use remedy::model::profile::CAPI_PAUSED;
+use remedy::model::scope::CLUSTER_NAME_LABEL;
 use serde_json::{Value, json};
 use std::time::Duration;
 

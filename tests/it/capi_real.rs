@@ -22,13 +22,12 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use remedy::metrics::Metrics;
 use remedy::model::profile::{HoldMark, HoldSpec, RESUMED_ANNOTATION, builtin};
+use remedy::model::scope::CLUSTER_NAME_LABEL;
 use remedy::model::view::ResourceKey;
 use remedy::remediate::step::{Goal, Step};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
 fn capi_api(client: &Client, ns: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", kind);

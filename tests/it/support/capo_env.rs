@@ -10,11 +10,11 @@ use super::openstack::{
 use super::{CrdSet, Remedy, TestCluster, namespace};
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use remedy::model::scope::CLUSTER_NAME_LABEL;
 use serde_json::{Value, json};
 use std::time::Duration;
 
 pub const CLUSTER: &str = "c1";
-pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 pub const INFRA: &str = "infrastructure.cluster.x-k8s.io";
 
 pub fn api(

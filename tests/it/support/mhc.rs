@@ -8,6 +8,7 @@ use super::Remedy;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, PAUSE_MARKER};
+use remedy::model::scope::CLUSTER_NAME_LABEL;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -213,7 +214,6 @@ pub async fn held_machines_are_kept_then_judged_afresh(
 
 /// The label the MachineSet and the MachineHealthCheck select workers by.
 pub const POOL_LABEL: &str = "remedy.test/pool";
-pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
 /// The MachineSet `workers` of Cluster `c`. Its Machines are the test's
 /// (named, so each plays a part): a deleted one is not replaced.
