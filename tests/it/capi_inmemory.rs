@@ -626,15 +626,20 @@ async fn a_hold_stops_the_real_machine_controller_on_an_in_memory_machine_and_re
             fleet.condition(m, "Paused").await.map(|c| c.0).as_deref(),
             Some("False")
         );
-        assert_eq!(
-            fleet
-                .condition(m, "NodeReady")
-                .await
-                .map(|c| c.0)
-                .as_deref(),
-            Some("True"),
-            "{m} follows its Node"
-        );
+        // Running comes before the Machine controller has read the Node; on
+        // a loaded machine NodeReady is still Unknown then.
+        eventually(
+            Duration::from_secs(60),
+            "the Machine follows its Node",
+            || {
+                let fleet = &fleet;
+                async move {
+                    let ready = fleet.condition(m, "NodeReady").await.map(|c| c.0);
+                    (ready.as_deref() == Some("True")).then_some(())
+                }
+            },
+        )
+        .await;
     }
 
     // remedy holds w-0 (as its breaker would).
