@@ -23,7 +23,13 @@
 //!   not even when a hold on it is released;
 //! - a hold on an OpenStackMachine holds its OpenStackServer, the object
 //!   that calls Nova: CAPO stops polling the server until remedy releases
-//!   both.
+//!   both;
+//! - a 429 on create, in CAPO's own words, is `throttled`: held, and
+//!   created again after the release;
+//! - a wrong project (every call 404) makes CAPO fail every machine for
+//!   good at its next resync; remedy takes the burst for an outage, holds
+//!   them with their servers and, once the project is right, clears them:
+//!   all ready on their old servers, while those it ignores stay failed.
 //!
 //! CAPO v0.15.0-beta.0 (v1beta2; `mod v015`, with the CAPI v1.13.4 core
 //! manager): alone it still never creates a 503'd server again (no retry
@@ -41,7 +47,9 @@ use crate::support::{CrdSet, Remedy, TestCluster, namespace};
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use remedy::model::profile::{CAPI_PAUSED, HOLD_ANNOTATION, HoldMark, PAUSE_MARKER, builtin};
+use remedy::model::profile::{
+    CAPI_PAUSED, HOLD_ANNOTATION, HoldMark, IGNORE_ANNOTATION, PAUSE_MARKER, builtin,
+};
 use remedy::remediate::step::{Goal, Step, patch};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
@@ -953,6 +961,290 @@ async fn a_hold_on_an_openstack_machine_holds_its_server() {
     assert!(
         server_released >= Duration::from_secs(15),
         "server released {server_released:?} after its hold: before the cooldown"
+    );
+}
+
+/// A 429 on create (Nova's overLimit, Retry-After 30) while every other
+/// compute call answers 1.5 s late: CAPO v0.14.7 does not retry it (its
+/// gophercloud client is given no retry) and leaves the server ERROR with
+/// InstanceReady False/InstanceCreateFailed, in its own words. remedy reads
+/// those words as `throttled` (the fake's body does not say 429: only the
+/// client's text does), holds the server and, once the cooldown is over
+/// and Nova answers again, releases it: CAPO creates it once more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_on_create_in_capos_words_is_throttled_and_the_release_creates_it_again() {
+    let s = Capo::start("capo-remedy-429").await;
+    let remedy = s.remedy("10s").await;
+    let (env, fake, procs) = (&s.env, &s.fake, s.procs());
+    fake.set_faults(json!({"rules": [
+        {"service": "compute", "resource": "servers", "method": "POST", "zone": "az2",
+         "status": 429, "retry_after": 30},
+        {"service": "compute", "delay_ms": 1500},
+    ]}))
+    .await;
+    env.machine("m5", "az2").await;
+    let m5 = wait_for(
+        &procs,
+        Duration::from_secs(120),
+        "OpenStackServer m5 ERROR",
+        || async {
+            let s = env.server("m5").await?;
+            (s.data["status"]["instanceState"] == "ERROR").then_some(s)
+        },
+    )
+    .await;
+    let ready = condition(&m5, "InstanceReady").expect("InstanceReady condition");
+    assert_eq!(ready["reason"], "InstanceCreateFailed", "{ready}");
+    wait_for(&procs, Duration::from_secs(30), "m5 held", || async {
+        let o = env.server("m5").await?;
+        (held_for(&o).as_deref() == Some("breaker")).then_some(())
+    })
+    .await;
+    let throttled = format!(
+        r#"remedy_transient_errors_total{{namespace="{}",kind="OpenStackServer",reason="throttled"}}"#,
+        env.ns
+    );
+    assert_eq!(
+        remedy.metric(&throttled).await,
+        1.0,
+        "CAPO's words for the 429: {}\n{}",
+        ready["message"],
+        remedy.log_tail()
+    );
+    fake.clear_faults().await;
+    wait_for(
+        &procs,
+        Duration::from_secs(90),
+        "m5 released and ACTIVE",
+        || async {
+            let s = env.server("m5").await?;
+            (held_for(&s).is_none() && s.data["status"]["instanceState"] == "ACTIVE").then_some(())
+        },
+    )
+    .await;
+    let m = fake.metrics().await;
+    assert_eq!(
+        server_creates(&m),
+        2,
+        "the 429'd create and one after the release"
+    );
+    assert_eq!(
+        sum(&m, &[("service", "compute"), ("status", "429")]),
+        1,
+        "CAPO sent the create once while Nova throttled"
+    );
+    eprintln!(
+        "remedy + CAPO v0.14.7, 429 on create: CAPO's InstanceReady message {}; read as throttled; \
+         held, released after the cooldown, created again once",
+        ready["message"]
+    );
+}
+
+/// A wrong project (a clouds.yaml or rotated credentials that name another
+/// project): every Nova, Neutron and Glance call answers 404. At its next
+/// resync the real CAPO v0.14.7 finds each ACTIVE server gone ("The server
+/// was unexpectedly deleted") and fails its OpenStackMachine for good
+/// (`SetFailure`; it never reconciles a failed machine again), although
+/// not one server is gone. Eight at once are an outage, not eight dead
+/// machines: remedy's breaker opens on the not-found burst and holds the
+/// five it manages with their servers (CAPO calls Nova for none of them
+/// while held); once the project is right again it releases them, clears
+/// the failure, and CAPO finds every server ACTIVE. The three remedy
+/// ignores (`remedy.dev/ignore`: CAPO alone) stay failed.
+///
+/// CAPO runs with `--sync-period=15s` (10 min by default): a resync is
+/// what makes it look at an ACTIVE server again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_project_is_an_outage_not_eight_deleted_servers() {
+    let s = Capo::start_with("capo-project", &["az1", "az2"], &["--sync-period=15s"]).await;
+    let (env, fake, procs) = (&s.env, &s.fake, s.procs());
+    let managed = ["w-0", "w-1", "w-2", "w-3", "w-4"];
+    let alone = ["c-0", "c-1", "c-2"];
+    let ignore = json!({"metadata": {"annotations": {IGNORE_ANNOTATION: "true"}}});
+    for (i, name) in managed.iter().chain(&alone).enumerate() {
+        env.machine(name, if i % 2 == 0 { "az1" } else { "az2" })
+            .await;
+    }
+    for name in alone {
+        env.osms
+            .patch(name, &PatchParams::default(), &Patch::Merge(&ignore))
+            .await
+            .expect("ignore the machine");
+    }
+    let mut ids = std::collections::BTreeMap::new();
+    for name in managed.iter().chain(&alone) {
+        let id = wait_for(
+            &procs,
+            Duration::from_secs(120),
+            "every OpenStackMachine ready on an ACTIVE server",
+            || async {
+                let o = env.osms.get(name).await.ok()?;
+                let server = env.server(name).await?;
+                (o.data["status"]["ready"] == true
+                    && server.data["status"]["instanceState"] == "ACTIVE")
+                    .then(|| {
+                        server.data["status"]["instanceID"]
+                            .as_str()
+                            .map(String::from)
+                    })?
+            },
+        )
+        .await;
+        ids.insert(*name, id);
+    }
+    for name in alone {
+        env.servers
+            .patch(name, &PatchParams::default(), &Patch::Merge(&ignore))
+            .await
+            .expect("ignore the server");
+    }
+
+    // One breaker for the whole fleet: a wrong project is everywhere. With
+    // every failing object held the breaker sees nothing fail and closes a
+    // cooldown later: 60 s outlasts the 35 s of outage below.
+    let config = format!(
+        "namespaces: [{}]\ntick: 500ms\nleader_election: {{enabled: false}}\n\
+         breaker: {{open_ratio: 0.5, close_ratio: 0.1, min_resources: 5, window: 2s, cooldown: 60s}}\n\
+         backoff: {{base: 1s, cap: 2s}}\n\
+         budget: {{refill_per_second: 5, burst: 5}}\n\
+         profiles: [openstack-machine, openstack-server]\n",
+        env.ns
+    );
+    let remedy = s.remedy_with(&config).await;
+    assert_eq!(action(&remedy, "hold").await, 0.0, "nothing is failing yet");
+
+    fake.set_faults(json!({"rules": [], "wrong_project": true}))
+        .await;
+    let wrong = Instant::now();
+    let failed = |o: &DynamicObject| {
+        o.data["status"]["failureMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("unexpectedly deleted"))
+    };
+    // CAPO alone: each machine failed at the next resync.
+    for name in alone {
+        wait_for(
+            &procs,
+            Duration::from_secs(60),
+            "CAPO failing the machines remedy ignores",
+            || async { failed(&env.osms.get(name).await.ok()?).then_some(()) },
+        )
+        .await;
+    }
+    let alone_failed = wrong.elapsed();
+    // remedy: every machine it manages held, with its server.
+    for name in managed {
+        wait_for(
+            &procs,
+            Duration::from_secs(60),
+            "remedy holding every machine it manages, and its server",
+            || async {
+                let o = env.osms.get(name).await.ok()?;
+                let server = env.server(name).await?;
+                (held_for(&o).is_some() && held_for(&server).is_some()).then_some(())
+            },
+        )
+        .await;
+    }
+    let all_held = wrong.elapsed();
+    let not_found = remedy
+        .metric(&format!(
+            r#"remedy_terminal_errors_total{{namespace="{}",kind="OpenStackMachine",reason="not_found"}}"#,
+            env.ns
+        ))
+        .await;
+    assert!(
+        not_found >= 1.0,
+        "the failures were read as not_found: {not_found}"
+    );
+    assert_eq!(
+        remedy
+            .metric(r#"remedy_outage_breaker_open{scope="cluster",domain="cluster"}"#)
+            .await,
+        1.0,
+        "the not-found burst opened the breaker\n{}",
+        remedy.log_tail()
+    );
+
+    // Two resyncs with everything held: CAPO keeps calling the cloud (for
+    // the cluster and the servers remedy ignores, 404s all), and not once
+    // about a server remedy holds.
+    let calls =
+        |names: &[&str]| -> usize { names.iter().map(|n| fake.server_calls(&ids[n])).sum() };
+    let managed_calls = calls(&managed);
+    let cloud_calls = sum(&fake.metrics().await, &[]);
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    for p in procs {
+        p.check();
+    }
+    assert_eq!(
+        calls(&managed),
+        managed_calls,
+        "CAPO called Nova for a held server"
+    );
+    let resync_calls = sum(&fake.metrics().await, &[]) - cloud_calls;
+    assert!(resync_calls > 0, "CAPO resynced nothing in 35 s");
+    for name in managed {
+        let o = env.osms.get(name).await.expect("osm");
+        assert!(held_for(&o).is_some(), "{name} released during the outage");
+    }
+
+    // The project is right again: every managed machine comes back.
+    fake.clear_faults().await;
+    let fixed = Instant::now();
+    for name in managed {
+        wait_for(
+            &procs,
+            Duration::from_secs(90),
+            "every managed machine released, its failure cleared, ready on its server",
+            || async {
+                let o = env.osms.get(name).await.ok()?;
+                let server = env.server(name).await?;
+                (held_for(&o).is_none()
+                    && held_for(&server).is_none()
+                    && !o.data["status"]["failureReason"].is_string()
+                    && o.data["status"]["ready"] == true
+                    && condition(&o, "InstanceReady").is_some_and(|c| c["status"] == "True")
+                    && server.data["status"]["instanceState"] == "ACTIVE")
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    let back = fixed.elapsed();
+    for name in managed {
+        let server = env.server(name).await.expect("server");
+        assert_eq!(
+            server.data["status"]["instanceID"].as_str(),
+            Some(ids[name].as_str()),
+            "{name} is on the server it had"
+        );
+    }
+    // Two more resyncs: CAPO alone leaves its machines failed, their
+    // servers ACTIVE all along.
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    for name in alone {
+        let o = env.osms.get(name).await.expect("osm");
+        assert!(failed(&o), "{name}: {:?}", o.data["status"]);
+        assert_eq!(
+            server_status(&fake.base, &ids[name]).await,
+            "ACTIVE",
+            "{name}'s server"
+        );
+    }
+    let creates = server_creates(&fake.metrics().await);
+    assert_eq!(creates, 8, "no server created again");
+    let (holds, clears, releases) = (
+        action(&remedy, "hold").await,
+        action(&remedy, "clear_failure").await,
+        action(&remedy, "release").await,
+    );
+    eprintln!(
+        "remedy + CAPO v0.14.7 (resync 15 s), a wrong project: CAPO failed the 3 machines remedy \
+         ignores within {alone_failed:?}; remedy held its 5 and their servers within {all_held:?} \
+         (not_found {not_found}); 0 calls about the held servers in 35 s, {resync_calls} others; \
+         project right again: the 5 ready on their servers {back:?} later; the 3 still failed \
+         35 s after that; remedy actions: hold {holds}, clear_failure {clears}, release {releases}"
     );
 }
 

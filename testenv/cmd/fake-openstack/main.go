@@ -286,7 +286,13 @@ func (f *fake) route(w http.ResponseWriter, r *http.Request, c *call, segs []str
 				}
 				w.Header().Set("Retry-After", strconv.Itoa(ra))
 			}
-			f.fail(w, c, rule.Status, fmt.Sprintf("injected fault: %d %s", rule.Status, http.StatusText(rule.Status)))
+			msg := fmt.Sprintf("injected fault: %d %s", rule.Status, http.StatusText(rule.Status))
+			if rule.Status == 429 {
+				// Nova's own overLimit text, without the code: what the
+				// client makes of a 429 is what remedy has to read.
+				msg = "This request was rate-limited."
+			}
+			f.fail(w, c, rule.Status, msg)
 			return
 		}
 	}

@@ -5,7 +5,7 @@
 
 use super::openstack::{
     FLAVOR, FakeOpenstack, IMAGE_ID, NETWORK_ID, SUBNET_ID, Supervised, start_capi_manager,
-    start_capo_manager,
+    start_capo_manager_with,
 };
 use super::{CrdSet, Remedy, TestCluster, namespace};
 use kube::Client;
@@ -220,12 +220,17 @@ impl Capo {
 
     /// As [`Capo::start`], with the fake serving these availability zones.
     pub async fn start_in_zones(prefix: &str, zones: &[&str]) -> Self {
+        Self::start_with(prefix, zones, &[]).await
+    }
+
+    /// As [`Capo::start_in_zones`], with these extra CAPO manager flags.
+    pub async fn start_with(prefix: &str, zones: &[&str], capo_flags: &[&str]) -> Self {
         let fake = FakeOpenstack::start_with_zones(Duration::from_secs(2), zones).await;
         let cluster = TestCluster::start_with_crds(CrdSet::Capo, &[]);
         let client = cluster.client().await;
         let ns = namespace(&client, prefix).await;
         let capi = start_capi_manager(&cluster, &ns).await;
-        let capo = start_capo_manager(&cluster, &ns).await;
+        let capo = start_capo_manager_with(&cluster, &ns, capo_flags).await;
         let env = Env::new(client, ns, &fake).await;
         Self {
             env,

@@ -382,13 +382,25 @@ pub async fn start_capi_manager(cluster: &TestCluster, ns: &str) -> Supervised {
 /// The real CAPO manager (v0.14.7, `testenv/capo.sh`); `-v=4` so its log
 /// shows each reconcile's decision.
 pub async fn start_capo_manager(cluster: &TestCluster, ns: &str) -> Supervised {
+    start_capo_manager_with(cluster, ns, &[]).await
+}
+
+/// [`start_capo_manager`] with `extra` flags (`--sync-period=15s`: every
+/// object reconciled again that often, as every 10 min in a cluster).
+pub async fn start_capo_manager_with(
+    cluster: &TestCluster,
+    ns: &str,
+    extra: &[&str],
+) -> Supervised {
+    let mut args = vec!["--v=4"];
+    args.extend_from_slice(extra);
     start_manager(
         "capo-manager",
         "capo-manager",
         "run `bash testenv/capo.sh`",
         cluster,
         ns,
-        &["--v=4"],
+        &args,
     )
     .await
 }
