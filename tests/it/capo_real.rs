@@ -132,16 +132,7 @@ async fn capo_creates_a_server_and_a_503_on_create_is_terminal() {
     .await;
     let before = fake.metrics().await;
     env.machine("m1", "az2").await;
-    let m1 = wait_for(
-        &procs,
-        Duration::from_secs(120),
-        "OpenStackServer m1 ERROR",
-        || async {
-            let s = env.server("m1").await?;
-            (s.data["status"]["instanceState"] == "ERROR").then_some(s)
-        },
-    )
-    .await;
+    let m1 = env.server_in_error(&procs, "m1").await;
     let ready = condition(&m1, "InstanceReady").expect("InstanceReady condition");
     assert_eq!(ready["status"], "False", "{ready}");
     assert_eq!(ready["reason"], "InstanceCreateFailed", "{ready}");
@@ -515,16 +506,7 @@ async fn remedy_holds_a_server_whose_create_got_a_503_and_capo_creates_it_again(
     .await;
     let start = Instant::now();
     env.machine("m1", "az2").await;
-    let m1 = wait_for(
-        &procs,
-        Duration::from_secs(120),
-        "OpenStackServer m1 ERROR",
-        || async {
-            let s = env.server("m1").await?;
-            (s.data["status"]["instanceState"] == "ERROR").then_some(s)
-        },
-    )
-    .await;
+    let m1 = env.server_in_error(&procs, "m1").await;
     let error_at = start.elapsed();
     let ready = condition(&m1, "InstanceReady").expect("InstanceReady condition");
     assert_eq!(ready["reason"], "InstanceCreateFailed", "{ready}");
@@ -983,16 +965,7 @@ async fn a_429_on_create_in_capos_words_is_throttled_and_the_release_creates_it_
     ]}))
     .await;
     env.machine("m5", "az2").await;
-    let m5 = wait_for(
-        &procs,
-        Duration::from_secs(120),
-        "OpenStackServer m5 ERROR",
-        || async {
-            let s = env.server("m5").await?;
-            (s.data["status"]["instanceState"] == "ERROR").then_some(s)
-        },
-    )
-    .await;
+    let m5 = env.server_in_error(&procs, "m5").await;
     let ready = condition(&m5, "InstanceReady").expect("InstanceReady condition");
     assert_eq!(ready["reason"], "InstanceCreateFailed", "{ready}");
     wait_for(&procs, Duration::from_secs(30), "m5 held", || async {
@@ -1342,16 +1315,7 @@ mod v015 {
         /// no instanceID, and no failure fields anywhere.
         async fn error(&self, name: &str) -> DynamicObject {
             let env = &self.env;
-            let s = wait_for(
-                &self.procs(),
-                Duration::from_secs(120),
-                "OpenStackServer ERROR",
-                || async {
-                    let s = env.server(name).await?;
-                    (s.data["status"]["instanceState"] == "ERROR").then_some(s)
-                },
-            )
-            .await;
+            let s = env.server_in_error(&self.procs(), name).await;
             let ready = condition(&s, "InstanceReady").expect("InstanceReady condition");
             assert_eq!(ready["status"], "False", "{ready}");
             assert_eq!(ready["reason"], "InstanceCreateFailed", "{ready}");

@@ -5,7 +5,7 @@
 
 use super::openstack::{
     FLAVOR, FakeOpenstack, IMAGE_ID, NETWORK_ID, SUBNET_ID, Supervised, start_capi_manager,
-    start_capo_manager_with,
+    start_capo_manager_with, wait_for,
 };
 use super::{CrdSet, Remedy, TestCluster, namespace};
 use kube::Client;
@@ -192,6 +192,21 @@ impl Env {
 
     pub async fn server(&self, name: &str) -> Option<DynamicObject> {
         self.servers.get_opt(name).await.ok().flatten()
+    }
+
+    /// The OpenStackServer `name` once it is ERROR (a failed create, or
+    /// Nova's own ERROR), within 120 s, while `procs` keep running.
+    pub async fn server_in_error(&self, procs: &[&Supervised], name: &str) -> DynamicObject {
+        wait_for(
+            procs,
+            Duration::from_secs(120),
+            &format!("OpenStackServer {name} ERROR"),
+            || async {
+                let s = self.server(name).await?;
+                (s.data["status"]["instanceState"] == "ERROR").then_some(s)
+            },
+        )
+        .await
     }
 }
 
