@@ -42,7 +42,15 @@ async fn a_streamed_initial_list_survives_compaction_mid_list() {
 async fn without_watchlist_an_expired_page_is_counted_and_relisted_unpaginated() {
     let (metrics, log) = list_across_compaction(&["--feature-gates=WatchList=false"]).await;
     assert_eq!(watch(&metrics, "error"), 0.0, "{metrics}\n{log}");
-    assert_eq!(watch(&metrics, "expired"), 1.0, "{metrics}\n{log}");
+    // The expired page, and each watch the compaction (every 2 s) expired
+    // before it started: on a loaded machine the unpaginated relist can
+    // take longer than that. Each 410 counted once.
+    let watch_expired = log.matches("watch expired (410 Gone)").count();
+    assert_eq!(
+        watch(&metrics, "expired"),
+        1.0 + watch_expired as f64,
+        "{metrics}\n{log}"
+    );
     assert_eq!(watch(&metrics, "init_done"), 1.0, "{metrics}");
     assert!(log.contains(r#"to="paginated""#), "{log}");
     assert!(log.contains(r#"to="unpaginated""#), "{log}");
@@ -85,7 +93,8 @@ async fn list_across_compaction(extra: &[&str]) -> (String, String) {
     remedy.wait_ready().await;
     let ready = opened.elapsed();
     let (_, metrics) = remedy.get("/metrics").await.expect("metrics");
-    let log = remedy.log_tail();
+    // The whole log: the tests count what happened in it.
+    let log = remedy.log();
     eprintln!(
         "initial_list {extra:?}: compacted {compacted:.1?} after the valve closed, \
          ready {ready:.1?} after it opened"
