@@ -91,13 +91,15 @@ async fn a_goal_span_arrives_with_the_trace_id_remedy_logged() {
     assert_eq!(trace_id.len(), 32, "an OpenTelemetry trace id: {trace_id}");
     // SIGTERM: the exporter is flushed before the process exits.
     remedy.terminate();
-    eventually(Duration::from_secs(20), "remedy exited", || {
+    eventually(Duration::from_secs(45), "remedy exited", || {
         let done = remedy.exited();
         async move { done.then_some(()) }
     })
     .await;
+    // Generous: remedy has exited, so whatever arrives now was flushed at
+    // exit; a loaded machine only delays the collector's write.
     eventually(
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         "the span in the collector's file",
         || async {
             let text = std::fs::read_to_string(&spans).ok()?;
