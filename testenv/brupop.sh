@@ -25,7 +25,9 @@ if [[ ! -x $dir/brupop-controller ]]; then
   tar -xzf "$tarball" -C "$dir/src" --strip-components=1
   # Built in the copy, with its own target dir beside it (kept: a rebuild
   # after a source change compiles only what changed), never remedy's.
-  (cd "$dir/src" && CARGO_TARGET_DIR=$dir/target cargo build --locked -p controller)
+  # No debug info: only the test harness runs it, and a cold CI run is
+  # CPU-bound (README "Tests").
+  (cd "$dir/src" && CARGO_TARGET_DIR=$dir/target CARGO_PROFILE_DEV_DEBUG=false cargo build --locked -p controller)
   cp "$dir/target/debug/controller" "$dir/brupop-controller.tmp"
   mv "$dir/brupop-controller.tmp" "$dir/brupop-controller"
 fi
