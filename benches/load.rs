@@ -22,6 +22,7 @@ use remedy::config::HttpConfig;
 use remedy::daemon::server::{self, Http, Readiness};
 use remedy::daemon::store::Store;
 use remedy::metrics::Metrics;
+use remedy::metrics::values::WatchEvent;
 use remedy::model::backoff::BackoffPolicy;
 use remedy::model::classify::{Classifier, default_rules};
 use remedy::model::profile::{Profile, builtin};
@@ -658,11 +659,11 @@ fn handle(
 ) {
     match ev {
         Event::Init => {
-            metrics.watch.event(kind, "init");
+            metrics.watch.event(kind, WatchEvent::Init);
             seen.clear();
         }
         Event::InitApply(obj) => {
-            metrics.watch.event(kind, "init_apply");
+            metrics.watch.event(kind, WatchEvent::InitApply);
             let t = Instant::now();
             let k = store.apply(profile, &obj);
             apply_times.push(t.elapsed());
@@ -671,19 +672,19 @@ fn handle(
             }
         }
         Event::InitDone => {
-            metrics.watch.event(kind, "init_done");
+            metrics.watch.event(kind, WatchEvent::InitDone);
             store.retain_seen(kind, None, seen);
             *seen = HashSet::new();
             store.mark_synced(stream);
         }
         Event::Apply(obj) => {
-            metrics.watch.event(kind, "apply");
+            metrics.watch.event(kind, WatchEvent::Apply);
             let t = Instant::now();
             store.apply(profile, &obj);
             apply_times.push(t.elapsed());
         }
         Event::Delete(obj) => {
-            metrics.watch.event(kind, "delete");
+            metrics.watch.event(kind, WatchEvent::Delete);
             if let Some(k) = store.key(profile, &obj) {
                 store.remove(&k);
             }

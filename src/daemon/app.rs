@@ -11,6 +11,7 @@ use crate::daemon::store::Store;
 use crate::daemon::tls::{self, TlsError};
 use crate::daemon::watch;
 use crate::metrics::Metrics;
+use crate::metrics::values::Reload;
 use crate::model::profile::Profile;
 use crate::record::configmap::RecordApi;
 use crate::signals::SignalError;
@@ -430,18 +431,18 @@ async fn reload_certificates(
             Ok(true) => {
                 tracing::info!("TLS certificate reloaded");
                 seen = check_certificate(&certs, &metrics, None);
-                "reloaded"
+                Reload::Reloaded
             }
             Err(e) => {
                 // The files may be mid-update; the working pair stays.
                 tracing::warn!(error = %e, label = e.label(), "cannot reload the TLS certificate; serving the previous one");
                 seen = check_certificate(&certs, &metrics, Some(seen));
-                "error"
+                Reload::Error
             }
         };
         metrics
             .http.tls_reloads
-            .get_or_create(&crate::metrics::ResultLabels { result })
+            .get_or_create(&crate::metrics::ReloadLabels { result })
             .inc();
     })
     .await;

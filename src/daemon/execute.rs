@@ -8,6 +8,7 @@ use crate::daemon::pause::PauseSwitch;
 use crate::daemon::store::Store;
 use crate::daemon::watch;
 use crate::decide::bucket::TokenBucket;
+use crate::metrics::values::ActionResult;
 use crate::metrics::{ActionKindLabels, Metrics};
 use crate::model::profile::{Profile, RESUMED_ANNOTATION};
 use crate::model::view::ResourceKey;
@@ -66,15 +67,20 @@ pub enum ExecError {
 }
 
 impl ExecError {
+    /// The stable label: the `result` it is counted under.
     pub fn label(&self) -> &'static str {
+        self.result().label()
+    }
+
+    pub fn result(&self) -> ActionResult {
         match self {
-            Self::Forbidden { .. } => "forbidden",
-            Self::Conflict { .. } => "conflict",
-            Self::NotLeader { .. } => "not_leader",
-            Self::Paused { .. } => "paused",
-            Self::Unconverged { .. } => "gave_up",
-            Self::NoStatusSubresource { .. } => "no_status_subresource",
-            Self::Api { .. } => "error",
+            Self::Forbidden { .. } => ActionResult::Forbidden,
+            Self::Conflict { .. } => ActionResult::Conflict,
+            Self::NotLeader { .. } => ActionResult::NotLeader,
+            Self::Paused { .. } => ActionResult::Paused,
+            Self::Unconverged { .. } => ActionResult::GaveUp,
+            Self::NoStatusSubresource { .. } => ActionResult::NoStatusSubresource,
+            Self::Api { .. } => ActionResult::Error,
         }
     }
 }
@@ -205,11 +211,15 @@ impl Executor {
                 Ok(s) => s,
                 Err(done) => {
                     if done == Done::ForeignPause && steps.is_empty() {
-                        self.metrics.actions.count(goal.label(), "skipped");
+                        self.metrics
+                            .actions
+                            .count(goal.label(), ActionResult::Skipped);
                         tracing::info!(resource = %key, goal = goal.label(), "paused by someone else: not touching it");
                     }
                     if done == Done::Replaced && steps.is_empty() {
-                        self.metrics.actions.count(goal.label(), "skipped");
+                        self.metrics
+                            .actions
+                            .count(goal.label(), ActionResult::Skipped);
                         tracing::info!(resource = %key, goal = goal.label(), "its owner is replacing it (hold.not_while): a pause would not stop that; not holding it");
                     }
                     return Ok(Outcome {
@@ -222,7 +232,9 @@ impl Executor {
             if self.dry_run {
                 let (planned, done) = step::all_steps(profile, &obj, goal);
                 for s in &planned {
-                    self.metrics.actions.count(s.action(goal), "dry_run");
+                    self.metrics
+                        .actions
+                        .count(s.action(goal), ActionResult::DryRun);
                 }
                 tracing::info!(resource = %key, goal = goal.label(), steps = ?planned, "dry run: would write");
                 return Ok(Outcome {
@@ -232,7 +244,9 @@ impl Executor {
                 });
             }
             if steps.len() >= MAX_STEPS {
-                self.metrics.actions.count(goal.label(), "gave_up");
+                self.metrics
+                    .actions
+                    .count(goal.label(), ActionResult::GaveUp);
                 tracing::warn!(resource = %key, goal = goal.label(), ?step, writes = steps.len(), "goal does not converge: something writes back what remedy clears; giving up until its retry");
                 self.warn(
                     profile,
@@ -255,13 +269,17 @@ impl Executor {
             // Checked right before writing: the lease may have moved while
             // we waited for the limiter.
             if !self.leader.is_leader() {
-                self.metrics.actions.count(step.action(goal), "not_leader");
+                self.metrics
+                    .actions
+                    .count(step.action(goal), ActionResult::NotLeader);
                 return Err(ExecError::NotLeader { key: key.clone() });
             }
             // The pause switch stops a goal between two of its writes: what
             // it already wrote stays (a hold stays held).
             if self.pause.as_ref().is_some_and(|p| p.is_paused()) {
-                self.metrics.actions.count(step.action(goal), "paused");
+                self.metrics
+                    .actions
+                    .count(step.action(goal), ActionResult::Paused);
                 return Err(ExecError::Paused { key: key.clone() });
             }
             let started = Instant::now();
@@ -283,7 +301,7 @@ impl Executor {
                 .observe(started.elapsed().as_secs_f64());
             match res {
                 Ok(updated) => {
-                    self.metrics.actions.count(action, "success");
+                    self.metrics.actions.count(action, ActionResult::Success);
                     tracing::info!(resource = %key, goal = goal.label(), action, "done");
                     self.event(profile, &updated, goal, step).await;
                     steps.push(step);
@@ -297,7 +315,7 @@ impl Executor {
                     }
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    self.metrics.actions.count(action, "conflict");
+                    self.metrics.actions.count(action, ActionResult::Conflict);
                     conflicts += 1;
                     tracing::debug!(resource = %key, action, conflicts, "conflict; re-reading");
                     if conflicts >= MAX_CONFLICTS {
@@ -309,13 +327,15 @@ impl Executor {
                     // still there means the CRD has no status subresource:
                     // a configuration error, not a finished goal.
                     if step.is_status() && matches!(api.get_opt(&key.name).await, Ok(Some(_))) {
-                        self.metrics.actions.count(action, "no_status_subresource");
+                        self.metrics
+                            .actions
+                            .count(action, ActionResult::NoStatusSubresource);
                         return Err(ExecError::NoStatusSubresource {
                             key: key.clone(),
                             source: Box::new(kube::Error::Api(s)),
                         });
                     }
-                    self.metrics.actions.count(action, "skipped");
+                    self.metrics.actions.count(action, ActionResult::Skipped);
                     return Ok(Outcome {
                         steps,
                         done: Done::Complete,
@@ -324,7 +344,7 @@ impl Executor {
                 }
                 Err(e) => {
                     let err = self.classify_err(key, e);
-                    self.metrics.actions.count(action, err.label());
+                    self.metrics.actions.count(action, err.result());
                     return Err(err);
                 }
             }
@@ -341,17 +361,17 @@ impl Executor {
         let body = serde_json::json!({"metadata": {"annotations": {RESUMED_ANNOTATION: at}}});
         for key in keys {
             if self.dry_run {
-                self.metrics.actions.count(RESUME, "dry_run");
+                self.metrics.actions.count(RESUME, ActionResult::DryRun);
                 tracing::info!(resource = %key, %released, "dry run: would touch it to resume it");
                 continue;
             }
             self.limiter.acquire().await;
             if !self.leader.is_leader() {
-                self.metrics.actions.count(RESUME, "not_leader");
+                self.metrics.actions.count(RESUME, ActionResult::NotLeader);
                 return;
             }
             if self.pause.as_ref().is_some_and(|p| p.is_paused()) {
-                self.metrics.actions.count(RESUME, "paused");
+                self.metrics.actions.count(RESUME, ActionResult::Paused);
                 return;
             }
             let api = self.api(profile, key);
@@ -363,7 +383,7 @@ impl Executor {
                 .await;
             match res {
                 Ok(obj) => {
-                    self.metrics.actions.count(RESUME, "success");
+                    self.metrics.actions.count(RESUME, ActionResult::Success);
                     tracing::info!(resource = %key, %released, "touched: its controller reconciles it now that the hold is gone");
                     let note = format!(
                         "remedy removed its hold on {} {}: touched so its controller reconciles now, not at its resync",
@@ -373,11 +393,11 @@ impl Executor {
                         .await;
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {
-                    self.metrics.actions.count(RESUME, "skipped");
+                    self.metrics.actions.count(RESUME, ActionResult::Skipped);
                 }
                 Err(e) => {
                     let err = self.classify_err(key, e);
-                    self.metrics.actions.count(RESUME, err.label());
+                    self.metrics.actions.count(RESUME, err.result());
                     tracing::warn!(error = %err, %released, "could not touch it after the hold went: its controller reconciles it at its resync");
                 }
             }

@@ -6,7 +6,8 @@
 //! stays held; watching, metrics, the breaker and the webhook go on.
 //! `remedy pause --reason …` and `remedy resume` set and clear it.
 
-use crate::metrics::{Metrics, ResultLabels};
+use crate::metrics::values::PauseRead;
+use crate::metrics::{Metrics, PauseReadLabels};
 use crate::sync::LockExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -189,12 +190,12 @@ impl PauseSwitch {
             return;
         };
         let (result, next) = match api.get_opt(name).await {
-            Ok(None) => ("absent", Ok(None)),
+            Ok(None) => (PauseRead::Absent, Ok(None)),
             Ok(Some(cm)) => match read(&cm.data.unwrap_or_default()) {
-                Ok(None) => ("clear", Ok(None)),
-                Ok(Some(p)) => ("set", Ok(Some(p))),
+                Ok(None) => (PauseRead::Clear, Ok(None)),
+                Ok(Some(p)) => (PauseRead::Set, Ok(Some(p))),
                 Err(e) => (
-                    "invalid",
+                    PauseRead::Invalid,
                     Ok(Some(Paused {
                         reason: e.to_string(),
                         ..Paused::default()
@@ -202,7 +203,7 @@ impl PauseSwitch {
                 ),
             },
             Err(e) => (
-                "error",
+                PauseRead::Error,
                 Err(PauseError::Read {
                     name: name.clone(),
                     source: Box::new(e),
@@ -212,7 +213,7 @@ impl PauseSwitch {
         self.metrics
             .process
             .pause_reads
-            .get_or_create(&ResultLabels { result })
+            .get_or_create(&PauseReadLabels { result })
             .inc();
         match next {
             Ok(next) => {

@@ -3,6 +3,7 @@
 //! webhook route is added by `signals::webhook` when configured.
 
 use crate::config::HttpConfig;
+use crate::metrics::values::HttpTimeout;
 use crate::metrics::{Format, Metrics, TimeoutLabels};
 use axum::Router;
 use axum::extract::State;
@@ -189,7 +190,7 @@ pub async fn serve(
                     Ok(Ok(stream)) => conn.run(stream).await,
                     Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                     Err(_) => {
-                        count_timeout(&conn.metrics, "handshake");
+                        count_timeout(&conn.metrics, HttpTimeout::Handshake);
                         tracing::debug!(%peer, "TLS handshake timed out");
                     }
                 },
@@ -223,7 +224,7 @@ struct Conn {
     peer: SocketAddr,
 }
 
-fn count_timeout(metrics: &Metrics, timeout: &'static str) {
+fn count_timeout(metrics: &Metrics, timeout: HttpTimeout) {
     metrics
         .http
         .timeouts
@@ -253,7 +254,7 @@ impl Conn {
         loop {
             let quiet = activity.quiet_for();
             if quiet >= idle_timeout {
-                count_timeout(&metrics, "idle");
+                count_timeout(&metrics, HttpTimeout::Idle);
                 tracing::debug!(%peer, "connection idle: closed");
                 return;
             }
@@ -261,7 +262,7 @@ impl Conn {
                 r = &mut conn => {
                     match r {
                         Err(e) if e.is_timeout() => {
-                            count_timeout(&metrics, "header");
+                            count_timeout(&metrics, HttpTimeout::Header);
                             tracing::debug!(%peer, "request head not received in time: closed");
                         }
                         Err(e) => tracing::debug!(%peer, error = %e, "connection closed with an error"),
@@ -434,7 +435,7 @@ mod tests {
             .expect("answered and closed")
     }
 
-    fn timeouts(m: &Metrics, timeout: &'static str) -> u64 {
+    fn timeouts(m: &Metrics, timeout: HttpTimeout) -> u64 {
         m.http
             .timeouts
             .get_or_create(&TimeoutLabels { timeout })
@@ -495,7 +496,7 @@ mod tests {
             "closed"
         );
         assert!(started.elapsed() < Duration::from_secs(2));
-        assert_eq!(timeouts(&metrics, "header"), 1);
+        assert_eq!(timeouts(&metrics, HttpTimeout::Header), 1);
     }
 
     #[tokio::test]
@@ -511,7 +512,7 @@ mod tests {
             .expect("write");
         let answer = closed_within(&mut s, Duration::from_secs(3)).await;
         assert!(answer.is_some(), "closed while waiting for the body");
-        assert_eq!(timeouts(&metrics, "idle"), 1);
+        assert_eq!(timeouts(&metrics, HttpTimeout::Idle), 1);
 
         // One byte over the head budget: 431, and the connection is closed.
         let mut s = TcpStream::connect(addr).await.expect("connect");

@@ -13,6 +13,7 @@
 
 use crate::daemon::store::Store;
 use crate::metrics::Metrics;
+use crate::metrics::values::WatchEvent;
 use crate::model::profile::Profile;
 use crate::model::view::ResourceKey;
 use futures::StreamExt;
@@ -157,11 +158,13 @@ pub fn stream_ids(profiles: &[Profile], namespaces: &[String]) -> Vec<String> {
 /// is `error`, a 410 answering the watch request itself included:
 /// kube-runtime retries that with the same resourceVersion instead of
 /// relisting, so it is a request that failed, not the expected end of a watch.
-pub fn error_type(e: &watcher::Error) -> &'static str {
+pub fn error_type(e: &watcher::Error) -> WatchEvent {
     match e {
-        watcher::Error::WatchError(s) if s.code == 410 => "expired",
-        watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 410 => "expired",
-        _ => "error",
+        watcher::Error::WatchError(s) if s.code == 410 => WatchEvent::Expired,
+        watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 410 => {
+            WatchEvent::Expired
+        }
+        _ => WatchEvent::Error,
     }
 }
 
@@ -194,17 +197,17 @@ pub async fn run(
         while let Some(ev) = events.next().await {
             match ev {
                 Ok(Event::Init) => {
-                    metrics.watch.event(&kind, "init");
+                    metrics.watch.event(&kind, WatchEvent::Init);
                     seen.clear();
                 }
                 Ok(Event::InitApply(obj)) => {
-                    metrics.watch.event(&kind, "init_apply");
+                    metrics.watch.event(&kind, WatchEvent::InitApply);
                     if let Some(k) = store.apply(profile, &obj) {
                         seen.insert(k);
                     }
                 }
                 Ok(Event::InitDone) => {
-                    metrics.watch.event(&kind, "init_done");
+                    metrics.watch.event(&kind, WatchEvent::InitDone);
                     store.retain_seen(&kind, ns, &seen);
                     seen = HashSet::new();
                     if !store.is_synced(&id) {
@@ -218,11 +221,11 @@ pub async fn run(
                         .set(1);
                 }
                 Ok(Event::Apply(obj)) => {
-                    metrics.watch.event(&kind, "apply");
+                    metrics.watch.event(&kind, WatchEvent::Apply);
                     store.apply(profile, &obj);
                 }
                 Ok(Event::Delete(obj)) => {
-                    metrics.watch.event(&kind, "delete");
+                    metrics.watch.event(&kind, WatchEvent::Delete);
                     if let Some(k) = store.key(profile, &obj) {
                         store.remove(&k);
                     }
@@ -240,7 +243,7 @@ pub async fn run(
                         list = next;
                         continue 'strategy;
                     }
-                    if t == "expired" {
+                    if t == WatchEvent::Expired {
                         // Expected after a long disconnect: the next events are a
                         // fresh list, and `InitDone` drops what was deleted meanwhile.
                         tracing::info!(stream = %id, error = %e, "watch expired (410 Gone): relisting");
@@ -270,6 +273,7 @@ mod tests {
     #[test]
     fn watch_410_is_expired_everything_else_an_error() {
         use watcher::Error as E;
+        let error_type = |e: &E| error_type(e).label();
         assert_eq!(
             error_type(&E::WatchError(status(410, "Expired"))),
             "expired"

@@ -2,7 +2,7 @@
 //! what result, and how long each took.
 
 use super::labels::{ActionKindLabels, ActionLabels};
-use super::values;
+use super::values::{self, ActionResult};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -35,7 +35,7 @@ impl ActionMetrics {
     }
 
     /// One action with its result.
-    pub fn count(&self, action: &'static str, result: &'static str) {
+    pub fn count(&self, action: &'static str, result: ActionResult) {
         self.taken
             .get_or_create(&ActionLabels { action, result })
             .inc();
@@ -44,7 +44,7 @@ impl ActionMetrics {
     /// Every action with every result at 0.
     pub(super) fn preset(&self) {
         for &action in values::ACTIONS {
-            for &result in values::ACTION_RESULTS {
+            for &result in ActionResult::ALL {
                 self.taken
                     .get_or_create(&ActionLabels { action, result })
                     .inc_by(0);

@@ -5,7 +5,7 @@ use super::FGauge;
 use super::labels::{
     ErrorLabels, KindLabels, KindReasonLabels, KindResultLabels, KindStateLabels, ScopeLabels,
 };
-use super::values;
+use super::values::OverwriteResult;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -112,7 +112,7 @@ impl EngineMetrics {
             self.releases
                 .get_or_create(&KindLabels { kind: kind.clone() })
                 .inc_by(0);
-            for &result in values::OVERWRITE_RESULTS {
+            for &result in OverwriteResult::ALL {
                 self.resets_overwritten
                     .get_or_create(&KindResultLabels {
                         kind: kind.clone(),

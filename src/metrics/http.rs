@@ -1,8 +1,8 @@
 //! The listener (`daemon::server`, `daemon::tls`): connections, their
 //! timeouts and the served certificate.
 
-use super::labels::{ResultLabels, TimeoutLabels};
-use super::values;
+use super::labels::{ReloadLabels, TimeoutLabels};
+use super::values::{HttpTimeout, Reload};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -13,7 +13,7 @@ pub struct HttpMetrics {
     pub connections: Gauge,
     pub refused: Counter,
     pub timeouts: Family<TimeoutLabels, Counter>,
-    pub tls_reloads: Family<ResultLabels, Counter>,
+    pub tls_reloads: Family<ReloadLabels, Counter>,
     pub tls_expiry: Gauge,
     pub tls_not_before: Gauge,
 }
@@ -66,15 +66,15 @@ impl HttpMetrics {
     /// Every timeout at 0 (the listener always runs), and the certificate
     /// reloads when TLS is on.
     pub(super) fn preset(&self, tls: bool) {
-        for &timeout in values::HTTP_TIMEOUTS {
+        for &timeout in HttpTimeout::ALL {
             self.timeouts
                 .get_or_create(&TimeoutLabels { timeout })
                 .inc_by(0);
         }
         if tls {
-            for &result in values::TLS_RELOADS {
+            for &result in Reload::ALL {
                 self.tls_reloads
-                    .get_or_create(&ResultLabels { result })
+                    .get_or_create(&ReloadLabels { result })
                     .inc_by(0);
             }
         }

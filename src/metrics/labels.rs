@@ -1,7 +1,12 @@
 //! The label sets of remedy's families. Values remedy writes itself are
-//! `&'static str` from [`super::values`]; kinds, namespaces, domains and
-//! alert names come from the config and the watched objects.
+//! the enums of [`super::values`] (or `&'static str` named by a layer the
+//! metrics may not import); kinds, namespaces, domains and alert names come
+//! from the config and the watched objects.
 
+use super::values::{
+    ActionResult, HttpTimeout, OverwriteResult, PauseRead, RecordResult, RecordWriter, Reload,
+    SignalResult, SignalTarget, WatchEvent, WebhookResult, WebhookStatus,
+};
 use crate::model::view::ResourceKey;
 use prometheus_client::encoding::EncodeLabelSet;
 
@@ -37,7 +42,7 @@ pub struct KindLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindResultLabels {
     pub kind: String,
-    pub result: &'static str,
+    pub result: OverwriteResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -63,7 +68,7 @@ pub struct ScopeLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabels {
     pub action: &'static str,
-    pub result: &'static str,
+    pub result: ActionResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -73,26 +78,31 @@ pub struct ActionKindLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
-    pub status: &'static str,
-    pub result: &'static str,
+    pub status: WebhookStatus,
+    pub result: WebhookResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SignalLabels {
-    pub target: &'static str,
-    pub result: &'static str,
+    pub target: SignalTarget,
+    pub result: SignalResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
-    pub result: &'static str,
+pub struct ReloadLabels {
+    pub result: Reload,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PauseReadLabels {
+    pub result: PauseRead,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RecordLabels {
     /// webhook | leader
-    pub writer: &'static str,
-    pub result: &'static str,
+    pub writer: RecordWriter,
+    pub result: RecordResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -112,11 +122,11 @@ pub struct EpisodeLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TimeoutLabels {
     /// handshake | header | idle
-    pub timeout: &'static str,
+    pub timeout: HttpTimeout,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WatchLabels {
     pub kind: String,
-    pub r#type: &'static str,
+    pub r#type: WatchEvent,
 }

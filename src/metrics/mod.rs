@@ -44,8 +44,8 @@ pub struct Known {
     pub kinds: Vec<String>,
     /// Configured alert names.
     pub alerts: Vec<String>,
-    /// `signals::PROMETHEUS` / `ALERTMANAGER`, those configured.
-    pub signal_targets: Vec<&'static str>,
+    /// The signal sources configured.
+    pub signal_targets: Vec<values::SignalTarget>,
     pub webhook: bool,
     pub tls: bool,
     /// The episode record is used (leader election on).
@@ -65,9 +65,9 @@ impl Known {
         // Alertmanager is only queried alongside Prometheus (signals::verify).
         let mut signal_targets = Vec::new();
         if cfg.signals.prometheus_url.is_some() {
-            signal_targets.push(values::PROMETHEUS);
+            signal_targets.push(values::SignalTarget::Prometheus);
             if cfg.signals.alertmanager_url.is_some() {
-                signal_targets.push(values::ALERTMANAGER);
+                signal_targets.push(values::SignalTarget::Alertmanager);
             }
         }
         Self {
@@ -200,8 +200,8 @@ mod tests {
         let m = Metrics::new(10);
         let key = ResourceKey::new("Machine", "default", "m-1");
         m.series.set(&key, 3, 480.0);
-        m.actions.count("unpause", "success");
-        m.watch.event("Machine", "apply");
+        m.actions.count("unpause", values::ActionResult::Success);
+        m.watch.event("Machine", values::WatchEvent::Apply);
         m.engine
             .transient_errors
             .get_or_create(&ErrorLabels {
@@ -363,7 +363,7 @@ mod tests {
         let m = Metrics::new(10);
         m.series
             .set(&ResourceKey::new("Machine", "default", "m-1"), 3, 480.0);
-        m.actions.count("unpause", "success");
+        m.actions.count("unpause", values::ActionResult::Success);
         let t = m.encode_as(Format::Text004).unwrap();
         assert!(!t.contains("# EOF") && !t.contains("# UNIT"), "{t}");
         // Info is a gauge in 0.0.4; counters are typed under their _total name.
@@ -418,7 +418,7 @@ mod tests {
         m.preset(&Known {
             kinds: vec!["Machine".into()],
             alerts: vec!["CloudAPIDegraded".into()],
-            signal_targets: vec![values::PROMETHEUS],
+            signal_targets: vec![values::SignalTarget::Prometheus],
             webhook: true,
             tls: false,
             record: true,
@@ -443,7 +443,7 @@ mod tests {
         assert!(!t.contains(r#"target="alertmanager""#), "{t}");
         assert!(!t.contains("remedy_tls_reloads_total{"), "{t}");
         // The first event moves the pre-set series to 1: an increase.
-        m.actions.count("unpause", "error");
+        m.actions.count("unpause", values::ActionResult::Error);
         let t = m.encode().unwrap();
         assert_eq!(
             value(
@@ -483,12 +483,12 @@ mod tests {
             ExecError::NotLeader { key: key.clone() },
             ExecError::Conflict { key },
         ] {
-            assert!(values::ACTION_RESULTS.contains(&e.label()), "{e}");
+            assert!(values::ActionResult::labels().contains(&e.label()), "{e}");
         }
         let got: Vec<_> = Refusal::ALL.iter().map(Refusal::label).collect();
         assert_eq!(got, values::REFUSALS);
         for s in [AlertStatus::Firing, AlertStatus::Resolved] {
-            assert!(values::WEBHOOK_STATUSES.contains(&s.as_str()));
+            assert!(values::WebhookStatus::labels().contains(&s.as_str()));
         }
         let readme = include_str!("../../README.md");
         let row = |metric: &str| {
@@ -501,26 +501,34 @@ mod tests {
         for (metric, lists) in [
             (
                 "remedy_actions_total",
-                [values::ACTIONS, values::ACTION_RESULTS].concat(),
+                [values::ACTIONS, &values::ActionResult::labels()].concat(),
             ),
             (
                 "remedy_webhook_notifications_total",
-                [values::WEBHOOK_STATUSES, values::WEBHOOK_RESULTS].concat(),
+                [
+                    values::WebhookStatus::labels(),
+                    values::WebhookResult::labels(),
+                ]
+                .concat(),
             ),
             (
                 "remedy_signal_queries_total",
-                values::SIGNAL_RESULTS.to_vec(),
+                values::SignalResult::labels(),
             ),
-            ("remedy_watch_events_total", values::WATCH_TYPES.to_vec()),
+            ("remedy_watch_events_total", values::WatchEvent::labels()),
             ("remedy_episodes_refused_total", values::REFUSALS.to_vec()),
-            ("remedy_tls_reloads_total", values::TLS_RELOADS.to_vec()),
+            ("remedy_tls_reloads_total", values::Reload::labels()),
             (
                 "remedy_resets_overwritten_total",
-                values::OVERWRITE_RESULTS.to_vec(),
+                values::OverwriteResult::labels(),
             ),
             (
                 "remedy_episode_record_writes_total",
-                [values::RECORD_WRITERS, values::RECORD_RESULTS].concat(),
+                [
+                    values::RecordWriter::labels(),
+                    values::RecordResult::labels(),
+                ]
+                .concat(),
             ),
         ] {
             let row = row(metric);
@@ -681,19 +689,17 @@ mod tests {
                 v
             }
             ("remedy_actions_total", "action") => values::ACTIONS.to_vec(),
-            ("remedy_actions_total", "result") => values::ACTION_RESULTS.to_vec(),
-            ("remedy_webhook_notifications_total", "status") => values::WEBHOOK_STATUSES.to_vec(),
-            ("remedy_webhook_notifications_total", "result") => values::WEBHOOK_RESULTS.to_vec(),
+            ("remedy_actions_total", "result") => values::ActionResult::labels(),
+            ("remedy_webhook_notifications_total", "status") => values::WebhookStatus::labels(),
+            ("remedy_webhook_notifications_total", "result") => values::WebhookResult::labels(),
             ("remedy_episodes_refused_total", "reason") => values::REFUSALS.to_vec(),
-            ("remedy_signal_queries_total", "target") => {
-                vec![values::PROMETHEUS, values::ALERTMANAGER]
-            }
-            ("remedy_signal_queries_total", "result") => values::SIGNAL_RESULTS.to_vec(),
-            ("remedy_watch_events_total", "type") => values::WATCH_TYPES.to_vec(),
-            ("remedy_tls_reloads_total", "result") => values::TLS_RELOADS.to_vec(),
-            ("remedy_pause_switch_reads_total", "result") => values::PAUSE_READS.to_vec(),
-            ("remedy_episode_record_writes_total", "writer") => values::RECORD_WRITERS.to_vec(),
-            ("remedy_episode_record_writes_total", "result") => values::RECORD_RESULTS.to_vec(),
+            ("remedy_signal_queries_total", "target") => values::SignalTarget::labels(),
+            ("remedy_signal_queries_total", "result") => values::SignalResult::labels(),
+            ("remedy_watch_events_total", "type") => values::WatchEvent::labels(),
+            ("remedy_tls_reloads_total", "result") => values::Reload::labels(),
+            ("remedy_pause_switch_reads_total", "result") => values::PauseRead::labels(),
+            ("remedy_episode_record_writes_total", "writer") => values::RecordWriter::labels(),
+            ("remedy_episode_record_writes_total", "result") => values::RecordResult::labels(),
             ("remedy_episode_record_shed_total", "reason") => values::RECORD_SHED.to_vec(),
             _ => return None,
         };
@@ -705,7 +711,6 @@ mod tests {
     /// enumerated label values are exactly what the code pre-sets or writes.
     #[test]
     fn readme_metric_table_matches_the_registry() {
-        use crate::signals::{ALERTMANAGER, PROMETHEUS};
         let doc = readme_table();
         assert!(doc.len() > 20, "README table not found: {doc:?}");
 
@@ -714,7 +719,7 @@ mod tests {
         m.preset(&Known {
             kinds: vec!["OpenStackMachine".into()],
             alerts: vec!["CloudAPIDegraded".into()],
-            signal_targets: vec![PROMETHEUS, ALERTMANAGER],
+            signal_targets: values::SignalTarget::ALL.to_vec(),
             webhook: true,
             tls: true,
             record: true,

@@ -1,7 +1,7 @@
 //! The process as a whole: leading, ready, and the pause switch.
 
-use super::labels::ResultLabels;
-use super::values;
+use super::labels::PauseReadLabels;
+use super::values::PauseRead;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -12,7 +12,7 @@ pub struct ProcessMetrics {
     pub leader: Gauge,
     pub ready: Gauge,
     pub paused: Gauge,
-    pub pause_reads: Family<ResultLabels, Counter>,
+    pub pause_reads: Family<PauseReadLabels, Counter>,
 }
 
 impl ProcessMetrics {
@@ -49,9 +49,9 @@ impl ProcessMetrics {
     /// The pause switch's reads at 0 when it is read (at every tick).
     pub(super) fn preset(&self, pause_switch: bool) {
         if pause_switch {
-            for &result in values::PAUSE_READS {
+            for &result in PauseRead::ALL {
                 self.pause_reads
-                    .get_or_create(&ResultLabels { result })
+                    .get_or_create(&PauseReadLabels { result })
                     .inc_by(0);
             }
         }

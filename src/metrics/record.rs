@@ -1,7 +1,7 @@
 //! The episode record ConfigMap (`record`): writes, size and what was shed.
 
 use super::labels::{RecordLabels, ShedLabels};
-use super::values;
+use super::values::{self, RecordResult, RecordWriter};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -45,8 +45,8 @@ impl RecordMetrics {
         for &reason in values::RECORD_SHED {
             self.shed.get_or_create(&ShedLabels { reason }).inc_by(0);
         }
-        for &writer in values::RECORD_WRITERS {
-            for &result in values::RECORD_RESULTS {
+        for &writer in RecordWriter::ALL {
+            for &result in RecordResult::ALL {
                 self.writes
                     .get_or_create(&RecordLabels { writer, result })
                     .inc_by(0);

@@ -1,8 +1,8 @@
 //! The signal edge (`signals`): Alertmanager's notifications, the queries
 //! to Prometheus and Alertmanager, refused episodes and the webhook token.
 
-use super::labels::{EpisodeLabels, ResultLabels, SignalLabels, WebhookLabels};
-use super::values;
+use super::labels::{EpisodeLabels, ReloadLabels, SignalLabels, WebhookLabels};
+use super::values::{self, Reload, SignalResult, SignalTarget, WebhookResult, WebhookStatus};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -12,7 +12,7 @@ pub struct SignalMetrics {
     pub notifications: Family<WebhookLabels, Counter>,
     pub queries: Family<SignalLabels, Counter>,
     pub episodes_refused: Family<EpisodeLabels, Counter>,
-    pub token_reloads: Family<ResultLabels, Counter>,
+    pub token_reloads: Family<ReloadLabels, Counter>,
     pub token_rereads: Counter,
 }
 
@@ -54,14 +54,14 @@ impl SignalMetrics {
     }
 
     /// One notification by alert status and result.
-    pub fn notification(&self, status: &'static str, result: &'static str) {
+    pub fn notification(&self, status: WebhookStatus, result: WebhookResult) {
         self.notifications
             .get_or_create(&WebhookLabels { status, result })
             .inc();
     }
 
     /// One query to Prometheus or Alertmanager by result.
-    pub fn query(&self, target: &'static str, result: &'static str) {
+    pub fn query(&self, target: SignalTarget, result: SignalResult) {
         self.queries
             .get_or_create(&SignalLabels { target, result })
             .inc();
@@ -69,24 +69,24 @@ impl SignalMetrics {
 
     /// The webhook's notifications and token reloads (when it runs), every
     /// signal source's queries and every alert's refusals at 0.
-    pub(super) fn preset(&self, webhook: bool, targets: &[&'static str], alerts: &[String]) {
+    pub(super) fn preset(&self, webhook: bool, targets: &[SignalTarget], alerts: &[String]) {
         if webhook {
-            for &status in values::WEBHOOK_STATUSES {
-                for &result in values::WEBHOOK_RESULTS {
+            for &status in WebhookStatus::ALL {
+                for &result in WebhookResult::ALL {
                     self.notifications
                         .get_or_create(&WebhookLabels { status, result })
                         .inc_by(0);
                 }
             }
             // The token file is reloaded only when the webhook has one.
-            for &result in values::TOKEN_RELOADS {
+            for &result in Reload::ALL {
                 self.token_reloads
-                    .get_or_create(&ResultLabels { result })
+                    .get_or_create(&ReloadLabels { result })
                     .inc_by(0);
             }
         }
         for &target in targets {
-            for &result in values::SIGNAL_RESULTS {
+            for &result in SignalResult::ALL {
                 self.queries
                     .get_or_create(&SignalLabels { target, result })
                     .inc_by(0);

@@ -2,7 +2,7 @@
 //! each kind's initial list is in.
 
 use super::labels::{KindLabels, WatchLabels};
-use super::values;
+use super::values::WatchEvent;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -34,7 +34,7 @@ impl WatchMetrics {
     }
 
     /// One watch event of `kind`.
-    pub fn event(&self, kind: &str, r#type: &'static str) {
+    pub fn event(&self, kind: &str, r#type: WatchEvent) {
         self.events
             .get_or_create(&WatchLabels {
                 kind: kind.to_string(),
@@ -46,7 +46,7 @@ impl WatchMetrics {
     /// Every kind's event types at 0.
     pub(super) fn preset(&self, kinds: &[String]) {
         for kind in kinds {
-            for &r#type in values::WATCH_TYPES {
+            for &r#type in WatchEvent::ALL {
                 self.events
                     .get_or_create(&WatchLabels {
                         kind: kind.clone(),

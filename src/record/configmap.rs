@@ -3,6 +3,7 @@
 //! second gets a conflict and reads again.
 
 use super::{DATA_KEY, Record, RecordError};
+use crate::metrics::values::{RecordResult, RecordWriter};
 use crate::metrics::{Metrics, RecordLabels};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
@@ -96,7 +97,7 @@ impl RecordApi {
                     .get_or_create(&crate::metrics::ShedLabels { reason: "corrupt" })
                     .inc();
                 let empty = Record::empty();
-                let rv = match self.write("repair", &empty, Some(&rv)).await {
+                let rv = match self.write(RecordWriter::Repair, &empty, Some(&rv)).await {
                     Ok(Some(new_rv)) => new_rv,
                     // A conflict or an error: the next write against the old
                     // resourceVersion fails too, and reads again.
@@ -112,15 +113,19 @@ impl RecordApi {
     /// `Ok(false)` is a conflict: read again and redo.
     pub async fn write(
         &self,
-        writer: &'static str,
+        writer: RecordWriter,
         record: &Record,
         rv: Option<&str>,
     ) -> Result<Option<String>, RecordError> {
         let outcome = self.put(record, rv).await;
         let result = match &outcome {
-            Ok(Some(_)) => "ok",
-            Ok(None) => "conflict",
-            Err(e) => e.label(),
+            Ok(Some(_)) => RecordResult::Ok,
+            Ok(None) | Err(RecordError::Conflict(_)) => RecordResult::Conflict,
+            Err(RecordError::TooLarge(_)) => RecordResult::TooLarge,
+            Err(RecordError::Forbidden(_)) => RecordResult::Forbidden,
+            // The rest (an API error; a record that does not serialize)
+            // are errors.
+            Err(_) => RecordResult::Error,
         };
         self.metrics
             .record

@@ -111,7 +111,14 @@ async fn append(api: &RecordApi, batch: &[Submission]) -> Vec<Result<(), RecordE
             // Nothing new to write (all duplicates or refused).
             return results.into_iter().map(|r| r.map(|_| ())).collect();
         }
-        match api.write("webhook", &record, rv.as_deref()).await {
+        match api
+            .write(
+                crate::metrics::values::RecordWriter::Webhook,
+                &record,
+                rv.as_deref(),
+            )
+            .await
+        {
             Ok(Some(_)) => return results.into_iter().map(|r| r.map(|_| ())).collect(),
             Ok(None) => {
                 conflicts += 1;

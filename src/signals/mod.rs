@@ -12,6 +12,7 @@ pub use dedupe::{Dedupe, Delivery};
 pub use verify::{Clearance, SignalHealth, Verifier};
 pub use webhook::{WebhookError, WebhookState, load_token, router};
 
+use crate::metrics::values::WebhookStatus;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,9 +29,14 @@ pub enum AlertStatus {
 impl AlertStatus {
     /// Metric label value.
     pub fn as_str(self) -> &'static str {
+        self.webhook_status().label()
+    }
+
+    /// The `status` of `remedy_webhook_notifications_total`.
+    pub fn webhook_status(self) -> WebhookStatus {
         match self {
-            Self::Firing => "firing",
-            Self::Resolved => "resolved",
+            Self::Firing => WebhookStatus::Firing,
+            Self::Resolved => WebhookStatus::Resolved,
         }
     }
 }

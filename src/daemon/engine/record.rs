@@ -99,7 +99,14 @@ impl Engine {
                 return;
             }
         };
-        let result = link.api.write("leader", &record, rv.as_deref()).await;
+        let result = link
+            .api
+            .write(
+                crate::metrics::values::RecordWriter::Leader,
+                &record,
+                rv.as_deref(),
+            )
+            .await;
         match &result {
             Ok(Some(_)) => tracing::debug!(
                 episodes = record.episodes.len(),

@@ -6,6 +6,7 @@ use crate::decide::facts;
 use crate::decide::release::WaitReason;
 use crate::decide::resets::Undone;
 use crate::decide::{BreakerState, Decisions, HoldOrder};
+use crate::metrics::values::OverwriteResult;
 
 /// Waiting reason of a resource whose goal failed and waits its backoff.
 const RETRY: &str = "retry";
@@ -346,7 +347,7 @@ impl Engine {
             let result = match undone {
                 Undone::Reapply(_) if !writing => {
                     tracing::warn!(resource = %key, "a stale write undid remedy's reset; not reset again: remedy is paused or no longer leads");
-                    "not_reapplied"
+                    OverwriteResult::NotReapplied
                 }
                 Undone::Reapply(n) => {
                     // Refused only while a goal for it is queued or running:
@@ -355,11 +356,11 @@ impl Engine {
                         st.overwritten.insert(key.clone(), n);
                     }
                     tracing::warn!(resource = %key, time = n, "a stale write undid remedy's reset: resetting again");
-                    "reapplied"
+                    OverwriteResult::Reapplied
                 }
                 Undone::GaveUp => {
                     tracing::warn!(resource = %key, times = crate::decide::resets::MAX_REAPPLY, "a stale write undid remedy's reset again: left to the controller's own backoff");
-                    "gave_up"
+                    OverwriteResult::GaveUp
                 }
             };
             self.metrics

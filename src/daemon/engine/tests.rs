@@ -518,8 +518,8 @@ async fn a_failed_recovery_is_retried_after_a_pause_not_every_tick() {
             .signals
             .queries
             .get_or_create(&crate::metrics::SignalLabels {
-                target: "prometheus",
-                result: "error",
+                target: crate::metrics::values::SignalTarget::Prometheus,
+                result: crate::metrics::values::SignalResult::Error,
             })
             .get()
     };

@@ -22,6 +22,7 @@ use super::client::SourceHttp;
 use super::{ALERTMANAGER, PROMETHEUS, SignalError};
 use crate::config::SignalsConfig;
 use crate::metrics::Metrics;
+use crate::metrics::values::{SignalResult, SignalTarget};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -311,7 +312,7 @@ impl Verifier {
             Ok(doc.global.external_labels.into_keys().collect())
         }
         .await;
-        self.count_outcome(PROMETHEUS, result.as_ref().map(|_| ()));
+        self.count_outcome(SignalTarget::Prometheus, result.as_ref().map(|_| ()));
         // A failed refresh is an error, not the old answer: fail safe.
         let names = Arc::new(result?);
         *self
@@ -343,7 +344,7 @@ impl Verifier {
         .await;
         // Recorded once, after validation: an answer about other alerts
         // counts as malformed, not as ok.
-        self.count_outcome(PROMETHEUS, result.as_ref().map(|_| ()));
+        self.count_outcome(SignalTarget::Prometheus, result.as_ref().map(|_| ()));
         result
     }
 
@@ -355,7 +356,7 @@ impl Verifier {
             .as_deref()
             .ok_or(SignalError::NotConfigured("signals.prometheus_url"))?;
         let result = self.run_instant(base, promql, accept).await;
-        self.count_outcome(PROMETHEUS, result.as_ref().map(|_| ()));
+        self.count_outcome(SignalTarget::Prometheus, result.as_ref().map(|_| ()));
         result
     }
 
@@ -412,18 +413,19 @@ impl Verifier {
             parse_alertmanager(status, &body)
         }
         .await;
-        self.count_outcome(ALERTMANAGER, result.as_ref().map(|_| ()));
+        self.count_outcome(SignalTarget::Alertmanager, result.as_ref().map(|_| ()));
         result
     }
 
-    fn count_outcome(&self, target: &'static str, outcome: Result<(), &SignalError>) {
+    fn count_outcome(&self, source: SignalTarget, outcome: Result<(), &SignalError>) {
         let result = match outcome {
-            Ok(()) => "ok",
-            Err(SignalError::Timeout { .. }) => "timeout",
-            Err(SignalError::Malformed { .. }) => "malformed",
-            Err(_) => "error",
+            Ok(()) => SignalResult::Ok,
+            Err(SignalError::Timeout { .. }) => SignalResult::Timeout,
+            Err(SignalError::Malformed { .. }) => SignalResult::Malformed,
+            Err(_) => SignalResult::Error,
         };
-        self.metrics.signals.query(target, result);
+        self.metrics.signals.query(source, result);
+        let target = source.label();
         self.health
             .observe(target, outcome.map_err(SignalError::label));
         if let Err(e) = outcome {

@@ -2,6 +2,7 @@
 //! is, compared in constant time, and followed across a rotation.
 
 use crate::metrics::Metrics;
+use crate::metrics::values::Reload;
 use crate::signals::SignalError;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -227,17 +228,17 @@ pub fn record_reload(metrics: &Metrics, result: &Result<bool, SignalError>, why:
                 trigger = why,
                 "webhook token reloaded; the previous one is accepted for one more period"
             );
-            "reloaded"
+            Reload::Reloaded
         }
         Err(e) => {
             // Never the token itself: the error names the file only.
             tracing::warn!(error = %e, label = e.label(), trigger = why, "cannot reload the webhook token; keeping the current one");
-            "error"
+            Reload::Error
         }
     };
     metrics
         .signals
         .token_reloads
-        .get_or_create(&crate::metrics::ResultLabels { result })
+        .get_or_create(&crate::metrics::ReloadLabels { result })
         .inc();
 }

@@ -29,6 +29,7 @@ use super::dedupe::{Dedupe, Delivery};
 use super::{AlertEvent, AlertStatus, SignalError};
 use crate::config::{AlertRule, WebhookConfig};
 use crate::metrics::Metrics;
+use crate::metrics::values::{WebhookResult, WebhookStatus};
 use crate::signals::inbox::Inbox;
 use axum::Router;
 use axum::body::Bytes;
@@ -72,20 +73,26 @@ pub enum WebhookError {
 
 impl WebhookError {
     pub fn label(&self) -> &'static str {
+        self.result().label()
+    }
+
+    fn result(&self) -> WebhookResult {
         match self {
-            Self::Unauthorized => "unauthorized",
-            Self::TooLarge(_) => "too_large",
-            Self::UnsupportedMediaType | Self::Malformed(_) | Self::Invalid(_) => "rejected",
-            Self::Overloaded(_) | Self::Closed(_) => "overloaded",
-            Self::Unrecorded(..) => "unrecorded",
+            Self::Unauthorized => WebhookResult::Unauthorized,
+            Self::TooLarge(_) => WebhookResult::TooLarge,
+            Self::UnsupportedMediaType | Self::Malformed(_) | Self::Invalid(_) => {
+                WebhookResult::Rejected
+            }
+            Self::Overloaded(_) | Self::Closed(_) => WebhookResult::Overloaded,
+            Self::Unrecorded(..) => WebhookResult::Unrecorded,
         }
     }
 
     /// `status` metric label: only a payload that passed validation has one.
-    fn status_label(&self) -> &'static str {
+    fn status(&self) -> WebhookStatus {
         match self {
-            Self::Overloaded(s) | Self::Closed(s) | Self::Unrecorded(s, _) => s.as_str(),
-            _ => "invalid",
+            Self::Overloaded(s) | Self::Closed(s) | Self::Unrecorded(s, _) => s.webhook_status(),
+            _ => WebhookStatus::Invalid,
         }
     }
 
@@ -259,7 +266,7 @@ impl WebhookState {
                     summary.accepted += 1;
                     self.metrics
                         .signals
-                        .notification(status.as_str(), "accepted");
+                        .notification(status.webhook_status(), WebhookResult::Accepted);
                 }
                 Err(TrySendError::Full(_)) => return Err(WebhookError::Overloaded(status)),
                 Err(TrySendError::Closed(_)) => return Err(WebhookError::Closed(status)),
@@ -283,14 +290,14 @@ impl WebhookState {
             summary.ignored += 1;
             self.metrics
                 .signals
-                .notification(status.as_str(), "ignored");
+                .notification(status.webhook_status(), WebhookResult::Ignored);
             return None;
         };
         if dedupe.check(&a.fingerprint, status, a.starts_at, now) != Delivery::New {
             summary.duplicate += 1;
             self.metrics
                 .signals
-                .notification(status.as_str(), "duplicate");
+                .notification(status.webhook_status(), WebhookResult::Duplicate);
             return None;
         }
         Some(AlertEvent {
@@ -341,7 +348,7 @@ impl WebhookState {
             summary.accepted += 1;
             self.metrics
                 .signals
-                .notification(ev.status.as_str(), "accepted");
+                .notification(ev.status.webhook_status(), WebhookResult::Accepted);
         }
         Ok(summary)
     }
@@ -432,7 +439,7 @@ async fn notify(State(s): State<Arc<WebhookState>>, req: Request) -> Response {
             .into_response()
         }
         Err(e) => {
-            s.metrics.signals.notification(e.status_label(), e.label());
+            s.metrics.signals.notification(e.status(), e.result());
             // DEBUG: a sender can repeat this thousands of times a second;
             // the summary reports refusals at WARN.
             tracing::debug!(result = e.label(), error = %e, "alertmanager notification refused");

@@ -239,7 +239,7 @@ fn error_labels_and_statuses() {
     for (e, label, code, status) in cases {
         assert_eq!(e.label(), label);
         assert_eq!(e.http_status().as_u16(), code);
-        assert_eq!(e.status_label(), status);
+        assert_eq!(e.status().label(), status);
     }
 }
 
