@@ -534,8 +534,19 @@ async fn remedy_holds_a_server_whose_create_got_a_503_and_capo_creates_it_again(
         "{}",
         remedy.log_tail()
     );
+    // Usually one create; on a loaded machine CAPO can reconcile the server
+    // again before its ERROR is written and send a second, which gets the
+    // same 503 (the fault stays until below). None made a server.
     let creates_held = server_creates(&fake.metrics().await);
-    assert_eq!(creates_held, 1, "the one create that got the 503");
+    assert!(
+        (1..=3).contains(&creates_held),
+        "the create(s) that got the 503: {creates_held}"
+    );
+    assert!(
+        held.data["status"]["instanceID"].is_null(),
+        "no server made by them: {:?}",
+        held.data
+    );
 
     // 5 s more of outage, then the cloud is back; until remedy releases
     // it, not one create.
