@@ -121,6 +121,26 @@ pub struct BreakerConfig {
     /// The adaptive release pace of each domain (see `decide::pace`).
     #[serde(default)]
     pub release: PaceConfig,
+    /// What an open breaker holds: its domain's `failing` resources (the
+    /// default), or every resource of the `domain`, new ones included.
+    #[serde(default)]
+    pub hold: BreakerHold,
+}
+
+/// `breaker.hold`. A controller that retries only what failed (brupop,
+/// CAPI's providers with failure fields) is throttled by holding the failing
+/// ones. One that fails a create once and calls the cloud mostly from the
+/// reconciles of everything else (CAPO v0.14: a new server's ports, create
+/// and BUILD polls, each with gophercloud's version discovery) keeps calling
+/// a broken cloud unless the whole domain stops: `domain` holds every
+/// holdable resource of an open domain, and releases the ones held for
+/// nothing of their own only once it closes (probes are the failing ones).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BreakerHold {
+    #[default]
+    Failing,
+    Domain,
 }
 
 /// How releases are paced by what they observe (AIMD per failure domain).
@@ -169,6 +189,7 @@ impl Default for BreakerConfig {
             query: None,
             domain: DomainBy::Cluster,
             release: PaceConfig::default(),
+            hold: BreakerHold::Failing,
         }
     }
 }

@@ -120,6 +120,17 @@ pub fn run(args: &SimArgs) -> Result<String, SimError> {
             "remedy runs with breaker, budget and backoff from {}",
             path.display()
         );
+        // The simulated provider fails only what it retries (brupop, CAPI
+        // providers with failure fields): holding its healthy resources
+        // would change nothing it models.
+        if remedy
+            .as_ref()
+            .is_some_and(|r| r.core.breaker.hold == crate::config::BreakerHold::Domain)
+        {
+            out.push_str(
+                "breaker.hold: domain is simulated as `failing`: the simulated controller makes no calls for healthy resources\n",
+            );
+        }
     }
     for (i, s) in scenarios.iter().enumerate() {
         if i > 0 {

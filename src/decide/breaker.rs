@@ -266,6 +266,7 @@ mod tests {
             query: None,
             domain: crate::config::DomainBy::Cluster,
             release: Default::default(),
+            hold: Default::default(),
         }
     }
 
@@ -460,6 +461,7 @@ mod tests {
             query: None,
             domain: crate::config::DomainBy::Cluster,
             release: Default::default(),
+            hold: Default::default(),
         };
         let mut b = OutageBreaker::new(&cfg);
         let at = |s| Duration::from_secs(s);

@@ -128,6 +128,7 @@ mod tests {
             query: None,
             domain: crate::config::DomainBy::Cluster,
             release: Default::default(),
+            hold: Default::default(),
         }
     }
 

@@ -16,7 +16,7 @@ pub mod release;
 pub mod resets;
 pub mod retry;
 
-use crate::config::{BreakerConfig, BudgetConfig};
+use crate::config::{BreakerConfig, BreakerHold, BudgetConfig};
 use crate::decide::breaker::Sample;
 use crate::decide::bucket::TokenBucket;
 use crate::decide::release::{Candidate, Owners, WaitReason, plan_owned};
@@ -32,6 +32,9 @@ pub use crate::decide::breaker::BreakerState;
 
 /// Hold reason recorded for breaker holds; alert holds record `alert:<name>`.
 pub const BREAKER_REASON: &str = "breaker";
+/// Hold reason of a resource held only because its domain's breaker is
+/// open (`breaker.hold: domain`), not for a failure of its own.
+pub const DOMAIN_REASON: &str = "breaker-domain";
 pub const ALERT_PREFIX: &str = "alert:";
 pub use crate::model::profile::WITH_PREFIX;
 
@@ -47,6 +50,9 @@ pub enum Pause {
     Foreign,
     /// Ours, for the outage breaker.
     Breaker,
+    /// Ours, because its domain's breaker is open (`breaker.hold: domain`):
+    /// released once the breaker closes, never as a probe.
+    Domain,
     /// Ours, for a firing alert (its name).
     Alert(Box<str>),
     /// Ours, because remedy holds its owner (`hold.with_owner`).
@@ -65,6 +71,7 @@ impl Pause {
     pub fn from_reason(reason: Option<&str>) -> Self {
         match reason {
             Some(BREAKER_REASON) => Self::Breaker,
+            Some(DOMAIN_REASON) => Self::Domain,
             Some(r) => match r.strip_prefix(ALERT_PREFIX) {
                 Some(alert) => Self::Alert(alert.into()),
                 None if r.starts_with(WITH_PREFIX) => Self::With,
@@ -239,6 +246,9 @@ pub struct Tick<'a, K> {
     breaker_holds: BTreeMap<Arc<str>, usize>,
     out: Decisions<K>,
     candidates: Vec<Asking<K>>,
+    /// Held with their open domain (`Pause::Domain`): they wait behind
+    /// every candidate, as they go only once it closes.
+    domain_held: Vec<K>,
 }
 
 /// A candidate for release or remediation: what it asks, its domain, its
@@ -319,6 +329,7 @@ impl<K: Clone + Ord + Hash> Core<K> {
             breaker_holds: BTreeMap::new(),
             out: Decisions::default(),
             candidates: Vec::new(),
+            domain_held: Vec::new(),
         }
     }
 
@@ -379,7 +390,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 sample.not_found += 1;
             }
         }
-        if f.pause == Pause::Breaker {
+        if matches!(f.pause, Pause::Breaker | Pause::Domain) {
             *self.breaker_holds.entry(f.domain.clone()).or_insert(0) += 1;
         }
         // A release's answer: the object's first fresh state after it.
@@ -432,9 +443,24 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 });
                 return;
             }
+            if !failing && f.holdable && open_before && core.cfg.breaker.hold == BreakerHold::Domain
+            {
+                self.out.holds.push(HoldOrder {
+                    key: key.clone(),
+                    reason: DOMAIN_REASON.to_string(),
+                    // Not a failure of its own: its count stays.
+                    crash_count: f.crash_count,
+                });
+                return;
+            }
             (f.verified && transient && !in_firing && f.has_work).then_some(Action::Remediate)
         } else if in_firing {
             None
+        } else if f.pause == Pause::Domain && open_before {
+            // Not a probe: a resource that did not fail says nothing about
+            // the cloud, and the lowest crash count would pick it first.
+            self.domain_held.push(key.clone());
+            return;
         } else if f.verified {
             Some(Action::Remediate)
         } else if let Pause::Alert(alert) = &f.pause {
@@ -467,6 +493,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             breaker_holds,
             mut out,
             candidates,
+            domain_held,
         } = self;
         // A new leader (restart, takeover) has no samples of the outage its
         // predecessor held resources for: those holds say the breaker was
@@ -596,6 +623,8 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             core.pace_mut(&d).spend(n);
         }
         out.waiting = plan.waiting;
+        out.waiting
+            .extend(domain_held.into_iter().map(|k| (k, WaitReason::Breaker)));
         out
     }
 }

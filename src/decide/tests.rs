@@ -17,6 +17,7 @@ fn cfg(probe: bool) -> CoreConfig {
                 step: 2.0,
                 min_success: 0.2,
             },
+            hold: Default::default(),
         },
         budget: BudgetConfig {
             refill_per_second: 50.0,
@@ -433,4 +434,127 @@ fn an_owner_with_a_held_follower_is_let_go_and_released_once_none_is_left() {
     assert!(out.letting_go.is_empty() && out.actions.is_empty());
     let out = core.tick(Duration::from_secs(601), LEAD, [(1, breaker_held)]);
     assert_eq!(out.letting_go, [1], "cooldown served");
+}
+
+/// `breaker.hold: domain`: zone 0's cloud is down for 40 s and three of its
+/// ten resources fail; zone 1 is fine.
+#[test]
+fn hold_domain_holds_the_open_domain_whole_and_probes_only_its_failures() {
+    let mut c = cfg(true);
+    c.breaker.hold = BreakerHold::Domain;
+    let mut core: Core<(usize, u32)> = Core::new(c);
+    let zones = [core.domain("z0"), core.domain("z1")];
+    let mut held: BTreeMap<(usize, u32), Pause> = BTreeMap::new();
+    let mut crashes: BTreeMap<(usize, u32), u32> = BTreeMap::new();
+    let mut holds = Vec::new();
+    let mut released = Vec::new();
+    let mut waited_for_the_breaker = false;
+    let mut closed_at = None;
+    for t in 1..=120 {
+        let down = t < 40;
+        // What the core decides from: the breaker as it stood, and who was
+        // held with the domain, before this tick.
+        let open = core.breakers().is_open("z0");
+        let domain_held: Vec<_> = held
+            .iter()
+            .filter(|(_, p)| **p == Pause::Domain)
+            .map(|(k, _)| (*k, WaitReason::Breaker))
+            .collect();
+        let mut facts = Vec::new();
+        for (z, d) in zones.iter().enumerate() {
+            for i in 0..10 {
+                let pause = held.get(&(z, i)).cloned().unwrap_or(Pause::No);
+                // What fails when it reconciles while zone 0 is down: the
+                // three failed creates, released or never held.
+                let failing = pause == Pause::No && z == 0 && down && i < 3;
+                let crash = crashes.get(&(z, i)).copied().unwrap_or(0);
+                facts.push(((z, i), fact(d, pause, failing, crash)));
+            }
+        }
+        let d = core.tick(Duration::from_secs(t), LEAD, facts);
+        for h in &d.holds {
+            holds.push((t, h.key, h.reason.clone(), h.crash_count));
+            held.insert(h.key, Pause::from_reason(Some(&h.reason)));
+            crashes.insert(h.key, h.crash_count);
+        }
+        for (k, a) in &d.actions {
+            assert_eq!(*a, Action::Release);
+            let was = held.remove(k);
+            if open {
+                // Probes are resources that failed: a healthy one says
+                // nothing about the cloud.
+                assert_eq!(
+                    was,
+                    Some(Pause::Breaker),
+                    "{k:?} released at {t} while open"
+                );
+            }
+            released.push((t, *k));
+        }
+        if open {
+            assert!(
+                domain_held.iter().all(|w| d.waiting.contains(w)),
+                "held with the domain, waiting for its breaker at {t}: {:?}",
+                d.waiting
+            );
+            waited_for_the_breaker |= !domain_held.is_empty();
+        } else if t > 2 && closed_at.is_none() {
+            closed_at = Some(t);
+        }
+    }
+    // The tick after the breaker opened, all of zone 0: the failing three
+    // for their failure (crash count one higher), the rest with the domain
+    // (their count kept); nothing of zone 1.
+    let first: Vec<_> = holds.iter().filter(|h| h.0 == 2).collect();
+    assert_eq!(first.len(), 10, "{holds:?}");
+    for (_, (z, i), reason, crash) in first {
+        assert_eq!(*z, 0);
+        if *i < 3 {
+            assert_eq!((reason.as_str(), *crash), (BREAKER_REASON, 1));
+        } else {
+            assert_eq!((reason.as_str(), *crash), (DOMAIN_REASON, 0));
+        }
+    }
+    assert!(holds.iter().all(|h| h.1.0 == 0), "zone 1 held: {holds:?}");
+    assert!(waited_for_the_breaker);
+    // Once the cloud is back the breaker closes and the whole domain goes.
+    let closed_at = closed_at.expect("zone 0's breaker closed");
+    assert!((40..120).contains(&closed_at), "closed at {closed_at}");
+    assert!(held.is_empty(), "still held at the end: {held:?}");
+    let domain_released: Vec<_> = released.iter().filter(|(_, (_, i))| *i >= 3).collect();
+    assert_eq!(domain_released.len(), 7, "{released:?}");
+    assert!(domain_released.iter().all(|(t, _)| *t >= closed_at));
+}
+
+#[test]
+fn holds_with_the_domain_resume_the_breaker_open_for_a_new_leader() {
+    let mut c = cfg(true);
+    c.breaker.hold = BreakerHold::Domain;
+    let mut core: Core<u32> = Core::new(c);
+    let d = core.domain("a");
+    assert_eq!(Pause::from_reason(Some(DOMAIN_REASON)), Pause::Domain);
+    let out = core.tick(
+        Duration::from_secs(1),
+        LEAD,
+        [
+            (1, fact(&d, Pause::Domain, false, 0)),
+            (2, fact(&d, Pause::No, false, 0)),
+        ],
+    );
+    assert_eq!(out.resumed, [(d.clone(), 1)]);
+    assert!(out.actions.is_empty());
+    // The open domain holds the unheld healthy one too.
+    let out = core.tick(
+        Duration::from_secs(2),
+        LEAD,
+        [
+            (1, fact(&d, Pause::Domain, false, 0)),
+            (2, fact(&d, Pause::No, false, 0)),
+        ],
+    );
+    assert_eq!(out.holds.len(), 1);
+    assert_eq!(
+        (out.holds[0].key, out.holds[0].reason.as_str()),
+        (2, DOMAIN_REASON)
+    );
 }

@@ -957,6 +957,147 @@ async fn a_hold_on_an_openstack_machine_holds_its_server() {
     );
 }
 
+/// `breaker.hold: domain`: once az2's breaker opens on a create's 503,
+/// remedy holds the whole zone, not only the machine that failed: a
+/// neighbour still building is held too, and CAPO stops polling its
+/// server. The neighbour is never a probe (the failed machine is), and goes
+/// once the zone's probes succeed and its breaker closes. With `hold:
+/// failing` (the only behaviour before `breaker.hold`) the neighbour is
+/// never held and CAPO polls its server every 10 s through the outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holding_the_domain_stops_capo_polling_a_healthy_server_in_the_open_zone() {
+    let s = Capo::start("capo-remedy-domain").await;
+    let (env, fake, procs) = (&s.env, &s.fake, s.procs());
+    let building =
+        json!({"rules": [], "server_build_stuck": true, "server_build_stuck_zone": "az2"});
+    fake.set_faults(building.clone()).await;
+    env.machine("m0", "az2").await;
+    let id = wait_for(
+        &procs,
+        Duration::from_secs(120),
+        "OpenStackServer m0 created in Nova",
+        || async {
+            let s = env.server("m0").await?;
+            s.data["status"]["instanceID"].as_str().map(String::from)
+        },
+    )
+    .await;
+    wait_for(&procs, Duration::from_secs(30), "m0 BUILD", || async {
+        let s = env.server("m0").await?;
+        (s.data["status"]["instanceState"] == "BUILD").then_some(())
+    })
+    .await;
+    let config = format!(
+        "namespaces: [{}]\ntick: 500ms\nleader_election: {{enabled: false}}\n\
+         breaker: {{open_ratio: 0.2, close_ratio: 0.1, min_resources: 1, window: 1s, \
+         cooldown: 10s, domain: {{field: /spec/availabilityZone}}, hold: domain, \
+         release: {{probe_every: 2s}}}}\n\
+         backoff: {{base: 1s, cap: 2s}}\n\
+         budget: {{refill_per_second: 5, burst: 5}}\n\
+         profiles: [openstack-machine, openstack-server]\n",
+        env.ns
+    );
+    let remedy = s.remedy_with(&config).await;
+
+    // The outage: az2's creates answer 503; m0 is still building.
+    let mut outage = building.clone();
+    outage["rules"] = json!([{
+        "service": "compute", "resource": "servers", "method": "POST", "zone": "az2", "status": 503,
+    }]);
+    fake.set_faults(outage).await;
+    env.machine("m1", "az2").await;
+    env.server_in_error(&procs, "m1").await;
+    wait_for(
+        &procs,
+        Duration::from_secs(30),
+        "m1 held for its failure, m0 with its zone",
+        || async {
+            let m1 = env.server("m1").await?;
+            let m0 = env.osms.get("m0").await.ok()?;
+            let s0 = env.server("m0").await?;
+            (held_for(&m1).as_deref() == Some("breaker")
+                && held_for(&m0).as_deref() == Some("breaker-domain")
+                && held_for(&s0).is_some())
+            .then_some(())
+        },
+    )
+    .await;
+    // A poll already on its way when the hold landed may still arrive.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let calls = fake.server_calls(&id);
+    // Two and a half of CAPO's 10 s polls, while m1's probes fail.
+    let quiet = Instant::now();
+    while quiet.elapsed() < Duration::from_secs(25) {
+        for p in procs {
+            p.check();
+        }
+        let m0 = env.osms.get("m0").await.expect("m0");
+        assert_eq!(
+            held_for(&m0).as_deref(),
+            Some("breaker-domain"),
+            "m0 let go while az2 is out\n{}",
+            remedy.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        fake.server_calls(&id),
+        calls,
+        "CAPO polled m0's server while remedy held it"
+    );
+    let probes = action(&remedy, "release").await;
+    assert!(probes >= 1.0, "m1 was probed: {probes} releases");
+
+    // The cloud is back (m0's build ends too): m1's next probe succeeds,
+    // the breaker closes, and only then is m0 let go.
+    fake.clear_faults().await;
+    let back = Instant::now();
+    let mut m1_created = None;
+    let mut m0_released = None;
+    let deadline = back + Duration::from_secs(120);
+    loop {
+        for p in procs {
+            p.check();
+        }
+        let m1 = env.server("m1").await.expect("m1");
+        if m1_created.is_none() && m1.data["status"]["instanceID"].is_string() {
+            m1_created = Some(back.elapsed());
+        }
+        let m0 = env.osms.get("m0").await.expect("m0");
+        if m0_released.is_none() && held_for(&m0).is_none() {
+            m0_released = Some(back.elapsed());
+        }
+        let s0 = env.server("m0").await.expect("m0");
+        let done = |o: &DynamicObject| {
+            o.data["status"]["instanceState"] == "ACTIVE" && held_for(o).is_none()
+        };
+        if done(&m1) && done(&s0) && m0_released.is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not all ACTIVE and released 120 s after the cloud's return: m1 {} m0 {}\n{}",
+            brief(&m1),
+            brief(&s0),
+            remedy.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (m1_created, m0_released) = (
+        m1_created.expect("m1 created"),
+        m0_released.expect("m0 released"),
+    );
+    eprintln!(
+        "remedy + CAPO v0.14.7, hold: domain: m0's server polled 0 times in 25 s while held \
+         ({calls} calls before); {probes} probe releases of m1 during the outage; after the \
+         cloud's return m1 created again after {m1_created:?}, m0 released after {m0_released:?}"
+    );
+    assert!(
+        m1_created <= m0_released,
+        "m0 released ({m0_released:?}) before the probe (m1 created {m1_created:?}) said the zone is back"
+    );
+}
+
 /// A 429 on create (Nova's overLimit, Retry-After 30) while every other
 /// compute call answers 1.5 s late: CAPO v0.14.7 does not retry it (its
 /// gophercloud client is given no retry) and leaves the server ERROR with

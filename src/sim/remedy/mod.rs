@@ -69,6 +69,7 @@ impl RemedyParams {
                         step: 2.0,
                         min_success: 0.2,
                     },
+                    hold: Default::default(),
                 },
             },
             backoff: BackoffPolicy {
