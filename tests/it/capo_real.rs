@@ -802,23 +802,9 @@ async fn a_hold_on_an_openstack_machine_holds_its_server() {
     )
     .await;
     env.machine("m3", "az1").await;
-    let id = wait_for(
-        &procs,
-        Duration::from_secs(120),
-        "OpenStackServer m3 created in Nova",
-        || async {
-            let s = env.server("m3").await?;
-            s.data["status"]["instanceID"].as_str().map(String::from)
-        },
-    )
-    .await;
+    let id = env.server_building(&procs, "m3").await;
     // CAPO polls the building server (a GET every 10 s), after the GETs
     // its own status writes set off: two polls timed.
-    wait_for(&procs, Duration::from_secs(30), "m3 BUILD", || async {
-        let s = env.server("m3").await?;
-        (s.data["status"]["instanceState"] == "BUILD").then_some(())
-    })
-    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let polled = fake.server_calls(&id);
     let first = wait_for(
@@ -973,21 +959,7 @@ async fn holding_the_domain_stops_capo_polling_a_healthy_server_in_the_open_zone
         json!({"rules": [], "server_build_stuck": true, "server_build_stuck_zone": "az2"});
     fake.set_faults(building.clone()).await;
     env.machine("m0", "az2").await;
-    let id = wait_for(
-        &procs,
-        Duration::from_secs(120),
-        "OpenStackServer m0 created in Nova",
-        || async {
-            let s = env.server("m0").await?;
-            s.data["status"]["instanceID"].as_str().map(String::from)
-        },
-    )
-    .await;
-    wait_for(&procs, Duration::from_secs(30), "m0 BUILD", || async {
-        let s = env.server("m0").await?;
-        (s.data["status"]["instanceState"] == "BUILD").then_some(())
-    })
-    .await;
+    let id = env.server_building(&procs, "m0").await;
     let config = format!(
         "namespaces: [{}]\ntick: 500ms\nleader_election: {{enabled: false}}\n\
          breaker: {{open_ratio: 0.2, close_ratio: 0.1, min_resources: 1, window: 1s, \

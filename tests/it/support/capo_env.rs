@@ -208,6 +208,32 @@ impl Env {
         )
         .await
     }
+
+    /// The Nova ID of OpenStackServer `name` once CAPO has created it and
+    /// reads it BUILD (the fake's `server_build_stuck` keeps it there).
+    pub async fn server_building(&self, procs: &[&Supervised], name: &str) -> String {
+        let id = wait_for(
+            procs,
+            Duration::from_secs(120),
+            &format!("OpenStackServer {name} created in Nova"),
+            || async {
+                let s = self.server(name).await?;
+                s.data["status"]["instanceID"].as_str().map(String::from)
+            },
+        )
+        .await;
+        wait_for(
+            procs,
+            Duration::from_secs(30),
+            &format!("{name} BUILD"),
+            || async {
+                let s = self.server(name).await?;
+                (s.data["status"]["instanceState"] == "BUILD").then_some(())
+            },
+        )
+        .await;
+        id
+    }
 }
 
 pub fn condition<'a>(o: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
