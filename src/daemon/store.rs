@@ -179,15 +179,37 @@ impl Store {
     /// marked now; it was already not counted (the write was in flight).
     pub fn end_write(&self, key: &ResourceKey, resource_version: Option<&str>) {
         self.own.end(key, resource_version);
-        let Some(rv) = resource_version else {
+        if resource_version.is_none() {
+            return;
+        }
+        let mut inner = self.inner.write_locked();
+        let Some(e) = inner.entries.get_mut(key) else {
             return;
         };
-        let mut inner = self.inner.write_locked();
-        if let Some(e) = inner.entries.get_mut(key)
-            && let Author::Remedy { at } = self.own.author(key, &e.view.resource_version)
-        {
-            let _ = rv;
-            e.own_write = Some(at);
+        match self.own.author(key, &e.view.resource_version) {
+            Author::Remedy { at } => e.own_write = Some(at),
+            // Someone else wrote right after remedy's write committed, and
+            // that version arrived before the write's answer, so it passed
+            // for remedy's own: judged again now that the write's version
+            // is known (brupop's agent writing back a stale status 6 ms
+            // after a reset went unnoticed, tests/it/brupop_real.rs).
+            Author::Other if e.own_write.is_some() => {
+                e.own_write = None;
+                let now_counters = counters(&e.view);
+                drop(inner);
+                if self.watching.load(Ordering::Relaxed) {
+                    let undone = self.resets.locked().observe(
+                        key,
+                        now_counters,
+                        false,
+                        self.origin.elapsed(),
+                    );
+                    if let Some(u) = undone {
+                        self.undone.locked().push((key.clone(), u));
+                    }
+                }
+            }
+            Author::Other => {}
         }
     }
 
@@ -506,6 +528,25 @@ mod tests {
     fn with_annotations(mut o: DynamicObject, a: serde_json::Value) -> DynamicObject {
         o.metadata.annotations = serde_json::from_value(a).ok();
         o
+    }
+
+    #[test]
+    fn a_stale_write_arriving_while_the_reset_is_in_flight_is_judged_when_it_ends() {
+        let s = store();
+        let counted = json!({"remedy.dev/crash-count": "3", "remedy.dev/failure-time": "2026-12-03T01:00:00Z"});
+        let key = s
+            .apply(0, &with_annotations(osm(1, json!({})), counted.clone()))
+            .unwrap();
+        s.expect_reset(&key);
+        s.begin_write(&key);
+        // remedy's reset commits (version 2), and someone writes the old
+        // counters back (version 3); both arrive before the reset's answer.
+        s.apply(0, &osm(2, json!({})));
+        s.apply(0, &with_annotations(osm(3, json!({})), counted));
+        assert!(s.take_undone().is_empty(), "in flight: taken for remedy's");
+        s.end_write(&key, Some("2"));
+        assert_eq!(s.take_undone(), [(key.clone(), Undone::Reapply(1))]);
+        assert!(s.get(&key).unwrap().own_write.is_none());
     }
 
     #[test]
