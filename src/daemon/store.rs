@@ -164,6 +164,21 @@ impl Store {
         self.watching.store(!r.is_empty(), Ordering::Relaxed);
     }
 
+    /// One version of `key` past the watched resets (`own`: remedy wrote
+    /// it); an undoing is kept for the engine.
+    fn watch_reset(&self, key: &ResourceKey, now_counters: Counters, own: bool) {
+        if !self.watching.load(Ordering::Relaxed) {
+            return;
+        }
+        let undone = self
+            .resets
+            .locked()
+            .observe(key, now_counters, own, self.origin.elapsed());
+        if let Some(u) = undone {
+            self.undone.locked().push((key.clone(), u));
+        }
+    }
+
     /// The record of remedy's writes.
     pub fn own_writes(&self) -> &Arc<OwnWrites> {
         &self.own
@@ -197,17 +212,7 @@ impl Store {
                 e.own_write = None;
                 let now_counters = counters(&e.view);
                 drop(inner);
-                if self.watching.load(Ordering::Relaxed) {
-                    let undone = self.resets.locked().observe(
-                        key,
-                        now_counters,
-                        false,
-                        self.origin.elapsed(),
-                    );
-                    if let Some(u) = undone {
-                        self.undone.locked().push((key.clone(), u));
-                    }
-                }
+                self.watch_reset(key, now_counters, false);
             }
             Author::Other => {}
         }
@@ -254,17 +259,7 @@ impl Store {
             Author::Remedy { at } => Some(at),
             Author::Other => None,
         };
-        if self.watching.load(Ordering::Relaxed) {
-            let undone = self.resets.locked().observe(
-                &key,
-                counters(&projection.view),
-                own_write.is_some(),
-                self.origin.elapsed(),
-            );
-            if let Some(u) = undone {
-                self.undone.locked().push((key.clone(), u));
-            }
-        }
+        self.watch_reset(&key, counters(&projection.view), own_write.is_some());
         self.upsert(
             key.clone(),
             Entry {
