@@ -393,3 +393,104 @@ async fn any_replica_takes_the_webhook_and_the_leader_acts_once() {
         began.elapsed()
     );
 }
+
+/// #38.1: with leader election (the shipped default) a notification comes
+/// through the episode record and must be proven from Prometheus' ALERTS.
+/// Alertmanager's alert carries Prometheus' external label `cluster`, the
+/// local ALERTS series does not: a selector on it (`cluster_label:
+/// cluster`) must still be proven, hold the cluster's machines and, once
+/// resolved and verified, remediate them. A machine of another cluster is
+/// never touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_selected_by_an_external_label_is_proven_held_and_remediated() {
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "ha-ext").await;
+    let ratio = Arc::new(AtomicU64::new(0.0f64.to_bits()));
+    let cloud = cloud_exporter(vec![(OSM, ratio.clone())]).await.to_string();
+    let (prom_port, am_port, port) = (free_port(), free_port(), free_port());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let token = tmp.path().join("token");
+    std::fs::write(&token, "s3cret-token\n").expect("token");
+    let token = token.display().to_string();
+    let cfg = config(&ns, &token, prom_port, am_port).replace(
+        "select: {kind_label: kind}",
+        "select: {cluster_label: cluster}",
+    );
+    assert!(cfg.contains("cluster_label: cluster"), "{cfg}");
+    let remedy = Remedy::serve_at(cluster, port, &cfg);
+    remedy.wait_ready().await;
+    eventually(Duration::from_secs(20), "leading", || async {
+        is_leader(&remedy).await.then_some(())
+    })
+    .await;
+    let _am =
+        start_alertmanager_at(am_port, &remedy_webhook_route(&port.to_string(), &token)).await;
+    let prom_cfg = alerting_prometheus(am_port, &[("cloud", &cloud)]).replace(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}",
+        "global: {scrape_interval: 1s, evaluation_interval: 1s, external_labels: {cluster: prod}}",
+    );
+    assert!(prom_cfg.contains("external_labels"), "{prom_cfg}");
+    let _prom = start_prometheus_at(prom_port, &prom_cfg, &[("rules.yml", CLOUD_RULES)]).await;
+
+    let names: Vec<String> = (0..3).map(|i| format!("prod-{i}")).collect();
+    let mut api = None;
+    for (n, c) in names
+        .iter()
+        .map(|n| (n.as_str(), "prod"))
+        .chain([("other-0", "other")])
+    {
+        let mut o = sample("capo-openstackmachine-error.yaml");
+        o.metadata.name = Some(n.into());
+        o.metadata
+            .labels
+            .get_or_insert_default()
+            .insert("cluster.x-k8s.io/cluster-name".into(), c.into());
+        o.data["status"] = crate::support::objects::nova_503();
+        let o = create_with_status(&client, o, &ns).await;
+        api = Some(api_for(&client, &o, &ns));
+    }
+    let api = api.expect("api");
+    ratio.store(0.6f64.to_bits(), Ordering::SeqCst);
+    eventually(
+        Duration::from_secs(40),
+        "prod-* held for the alert",
+        || async { (held(&api, &names).await.len() == names.len()).then_some(()) },
+    )
+    .await;
+    let other = vec!["other-0".to_string()];
+    assert!(
+        held(&api, &other).await.is_empty(),
+        "another cluster's machine is not in the scope"
+    );
+    assert!(
+        remedy
+            .log()
+            .contains("firing episodes from the episode record confirmed by Prometheus"),
+        "{}",
+        remedy.log_tail()
+    );
+
+    ratio.store(0.0f64.to_bits(), Ordering::SeqCst);
+    eventually(Duration::from_secs(60), "prod-* remediated", || async {
+        remediated(&api, &names).await.then_some(())
+    })
+    .await;
+    let unproven = r#"remedy_episodes_refused_total{alert="CloudAPIDegraded",reason="unproven"}"#;
+    assert_eq!(
+        metric(&remedy, unproven).await,
+        0.0,
+        "{}",
+        remedy.log_tail()
+    );
+    let o = api.get("other-0").await.expect("other-0");
+    assert!(
+        o.data["status"].get("failureReason").is_some(),
+        "another cluster's machine is not remediated"
+    );
+    assert_once(
+        "Unpaused",
+        &events_by_reason(&client, &ns, "Unpaused").await,
+        &names,
+    );
+}

@@ -24,7 +24,7 @@ use crate::config::SignalsConfig;
 use crate::metrics::Metrics;
 use crate::metrics::values::{SignalResult, SignalTarget};
 use chrono::{DateTime, Utc};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// A verify query matching this much is not cleared anyway; the cap keeps a
@@ -100,11 +100,12 @@ pub struct Verifier {
     am_http: SourceHttp,
     prometheus: Option<String>,
     alertmanager: Option<String>,
-    /// Names of Prometheus' external labels, refreshed every
-    /// `EXTERNAL_LABELS_TTL`. Alerts carry them but the local ALERTS series
-    /// do not, so matching them there would find nothing and wrongly read as
-    /// cleared (docs/upstream-behaviour.md, "Prometheus: is an alert cleared?").
-    external_labels: Mutex<Option<(std::time::Instant, Arc<BTreeSet<String>>)>>,
+    /// Prometheus' external labels, refreshed every `EXTERNAL_LABELS_TTL`.
+    /// Alerts carry them but the local ALERTS series do not, so matching
+    /// them there would find nothing and wrongly read as cleared, or as
+    /// never fired (docs/upstream-behaviour.md, "Prometheus: is an alert
+    /// cleared?").
+    external_labels: Mutex<Option<(std::time::Instant, Arc<BTreeMap<String, String>>)>>,
     metrics: Arc<Metrics>,
     health: Arc<SignalHealth>,
 }
@@ -156,7 +157,7 @@ impl Verifier {
         let external = self.external_labels().await?;
         let local: BTreeMap<String, String> = matchers
             .iter()
-            .filter(|(k, _)| !external.contains(k.as_str()))
+            .filter(|(k, _)| !external.contains_key(k.as_str()))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let alerts_q = alerts_query(alertname, &local)?;
@@ -271,7 +272,7 @@ impl Verifier {
         Ok(v.is_finite().then_some(v))
     }
 
-    async fn external_labels(&self) -> Result<Arc<BTreeSet<String>>, SignalError> {
+    async fn external_labels(&self) -> Result<Arc<BTreeMap<String, String>>, SignalError> {
         let cached = self
             .external_labels
             .lock()
@@ -296,7 +297,7 @@ impl Verifier {
             // Query frontends (Thanos, Mimir) have no such endpoint, and
             // their ALERTS series do carry the external labels.
             if status == reqwest::StatusCode::NOT_FOUND {
-                return Ok(BTreeSet::new());
+                return Ok(BTreeMap::new());
             }
             let data = parse_envelope(status, &body)?;
             let cfg: PromConfigData =
@@ -309,7 +310,7 @@ impl Verifier {
                     target: PROMETHEUS,
                     reason: cap(format!("status/config YAML: {e}")),
                 })?;
-            Ok(doc.global.external_labels.into_keys().collect())
+            Ok(doc.global.external_labels)
         }
         .await;
         self.count_outcome(SignalTarget::Prometheus, result.as_ref().map(|_| ()));
@@ -325,8 +326,10 @@ impl Verifier {
 
     /// Label sets of the `ALERTS` series of `alertnames` firing now
     /// (`within: None`) or at any time in the last `within`, without
-    /// `__name__` and `alertstate`. Episode recovery after a restart reads
-    /// them: Prometheus remembers what fired, remedy keeps no state.
+    /// `__name__` and `alertstate`, with Prometheus' external labels added
+    /// as its notifications carry them. Episode recovery after a restart
+    /// and the proof that a recorded alert fired read them: Prometheus
+    /// remembers what fired, remedy keeps no state.
     pub async fn alert_label_sets(
         &self,
         alertnames: &[&str],
@@ -337,9 +340,10 @@ impl Verifier {
             .as_deref()
             .ok_or(SignalError::NotConfigured("signals.prometheus_url"))?;
         let promql = recovery_query(alertnames, within)?;
+        let external = self.external_labels().await?;
         let result = async {
             let data = self.run_instant(base, &promql, &["vector"]).await?;
-            firing_label_sets(data, alertnames)
+            firing_label_sets(data, alertnames, &external)
         }
         .await;
         // Recorded once, after validation: an answer about other alerts

@@ -177,8 +177,9 @@ fn recovery_answers_are_checked_and_stripped() {
     let body = br#"{"status":"success","data":{"resultType":"vector","result":[
         {"metric":{"__name__":"ALERTS","alertname":"A","alertstate":"firing","kind":"K"},"value":[1,"1"]},
         {"metric":{"alertname":"A","alertstate":"firing","kind":"L"},"value":[1,"1"]}]}}"#;
-    let sets =
-        firing_label_sets(parse_prometheus(ok, body).expect("parse"), &["A"]).expect("label sets");
+    let none = BTreeMap::new();
+    let sets = firing_label_sets(parse_prometheus(ok, body).expect("parse"), &["A"], &none)
+        .expect("label sets");
     assert_eq!(
         sets,
         vec![
@@ -186,9 +187,25 @@ fn recovery_answers_are_checked_and_stripped() {
             m(&[("alertname", "A"), ("kind", "L")])
         ]
     );
+    // External labels are added as Prometheus adds them to the alerts it
+    // sends: where the series lacks them, never over its own value.
+    let external = m(&[("cluster", "prod"), ("kind", "ext")]);
+    let sets = firing_label_sets(
+        parse_prometheus(ok, body).expect("parse"),
+        &["A"],
+        &external,
+    )
+    .expect("label sets");
+    assert_eq!(
+        sets,
+        vec![
+            m(&[("alertname", "A"), ("cluster", "prod"), ("kind", "K")]),
+            m(&[("alertname", "A"), ("cluster", "prod"), ("kind", "L")])
+        ]
+    );
     let empty = br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
-    let none = firing_label_sets(parse_prometheus(ok, empty).expect("parse"), &["A"]);
-    assert!(none.expect("empty is an answer").is_empty());
+    let empty = firing_label_sets(parse_prometheus(ok, empty).expect("parse"), &["A"], &none);
+    assert!(empty.expect("empty is an answer").is_empty());
     for bad in [
         // Not asked for, no alertname, pending, not a vector.
         &br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"alertname":"Z"},"value":[1,"1"]}]}}"#[..],
@@ -196,7 +213,7 @@ fn recovery_answers_are_checked_and_stripped() {
         br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"alertname":"A","alertstate":"pending"},"value":[1,"1"]}]}}"#,
         br#"{"status":"success","data":{"resultType":"scalar","result":[1,"1"]}}"#,
     ] {
-        let e = firing_label_sets(parse_prometheus(ok, bad).expect("parse"), &["A"])
+        let e = firing_label_sets(parse_prometheus(ok, bad).expect("parse"), &["A"], &none)
             .expect_err("refused");
         assert_eq!(e.label(), "malformed", "{}", String::from_utf8_lossy(bad));
     }

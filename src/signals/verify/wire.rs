@@ -117,9 +117,15 @@ pub(super) struct PromGlobal {
 /// The label sets of a recovery answer. Every series must be a firing alert
 /// among `alertnames`: anything else means the answer is not about what was
 /// asked, and the whole answer is refused rather than half used.
+/// The label sets of a firing ALERTS answer as Alertmanager sees them:
+/// Prometheus adds its `external` labels to an alert it sends, where the
+/// alert lacks them, but the local ALERTS series never carries them. A
+/// scope built from a notification (say `cluster_label: cluster`, an
+/// external label) is then found in these sets as it was sent.
 pub(super) fn firing_label_sets(
     data: PromData,
     alertnames: &[&str],
+    external: &BTreeMap<String, String>,
 ) -> Result<Vec<BTreeMap<String, String>>, SignalError> {
     let PromData::Vector(samples) = data else {
         return Err(SignalError::Malformed {
@@ -145,6 +151,9 @@ pub(super) fn firing_label_sets(
                     target: PROMETHEUS,
                     reason: cap(format!("series in state {state:?} where firing was asked")),
                 });
+            }
+            for (k, v) in external {
+                labels.entry(k.clone()).or_insert_with(|| v.clone());
             }
             Ok(labels)
         })
