@@ -135,26 +135,52 @@ impl Supervisor {
     }
 }
 
-/// The engine loop's pulse: /healthz fails when it stops.
+/// The engine loop's pulse: /healthz fails when it stops. It measures that
+/// the loop runs, not how fast its dependencies answer: before an await
+/// that its own timeout bounds (a Prometheus query, an apiserver call), the
+/// loop says so with [`Heartbeat::waiting`], and counts as running until
+/// that bound has passed too. A slow Prometheus thus never fails /healthz
+/// (a restart would only lose the breakers' state); a loop stuck anywhere
+/// else, or past a bound, does.
 pub struct Heartbeat {
     origin: Instant,
     last_ms: std::sync::atomic::AtomicU64,
+    /// Milliseconds since `origin` after which the loop counts as stalled.
+    deadline_ms: std::sync::atomic::AtomicU64,
     limit: Duration,
 }
 
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 impl Heartbeat {
-    /// Stalled after `limit` without a beat.
+    /// Stalled after `limit` without a beat (or a wait's bound beyond it).
     pub fn new(limit: Duration) -> Self {
         Self {
             origin: Instant::now(),
             last_ms: std::sync::atomic::AtomicU64::new(0),
+            deadline_ms: std::sync::atomic::AtomicU64::new(millis(limit)),
             limit,
         }
     }
 
     pub fn beat(&self) {
-        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+        self.beat_with(Duration::ZERO);
+    }
+
+    /// The loop is about to wait on a dependency for at most `bound`: it is
+    /// running until then, plus the usual limit. The next beat ends it.
+    pub fn waiting(&self, bound: Duration) {
+        self.beat_with(bound);
+    }
+
+    fn beat_with(&self, bound: Duration) {
+        let now = self.origin.elapsed();
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        self.last_ms.store(millis(now), ordering);
+        self.deadline_ms
+            .store(millis(now + self.limit + bound), ordering);
     }
 
     /// Time since the last beat.
@@ -163,13 +189,15 @@ impl Heartbeat {
         self.origin.elapsed().saturating_sub(last)
     }
 
-    /// `Err(why)` once the loop has not beaten within its limit.
+    /// `Err(why)` once the loop has gone past its limit (and the bound of
+    /// the wait it announced) without a beat.
     pub fn check(&self) -> Result<(), String> {
-        let since = self.since();
-        if since > self.limit {
+        let deadline =
+            Duration::from_millis(self.deadline_ms.load(std::sync::atomic::Ordering::Relaxed));
+        if self.origin.elapsed() > deadline {
             Err(format!(
-                "engine stalled: no tick for {:.1} s (limit {:.1} s)",
-                since.as_secs_f64(),
+                "engine stalled: no tick for {:.1} s (limit {:.1} s, plus the bound of any wait it announced)",
+                self.since().as_secs_f64(),
                 self.limit.as_secs_f64()
             ))
         } else {
@@ -241,5 +269,23 @@ mod tests {
         assert!(h.check().is_err_and(|e| e.contains("engine stalled")));
         h.beat();
         assert!(h.check().is_ok());
+    }
+
+    #[test]
+    fn an_announced_wait_is_running_until_its_bound_and_no_longer() {
+        let h = Heartbeat::new(Duration::from_millis(50));
+        h.waiting(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(h.check().is_ok(), "inside the wait's bound");
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            h.check().is_err_and(|e| e.contains("engine stalled")),
+            "past the bound and the limit"
+        );
+        // A beat after the wait brings back the plain limit.
+        h.waiting(Duration::from_secs(60));
+        h.beat();
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(h.check().is_err());
     }
 }

@@ -83,13 +83,15 @@ impl Engine {
             self.with_schedule(recovery::Schedule::not_needed);
             return;
         };
-        let answer = async {
-            Ok::<_, crate::signals::SignalError>(recovery::Answer {
-                firing_now: v.alert_label_sets(&names, None).await?,
-                fired_within: v.alert_label_sets(&names, Some(EPISODE_TTL)).await?,
+        // Two calls of at most two requests each: one announced wait.
+        let answer = self
+            .signal(async {
+                Ok::<_, crate::signals::SignalError>(recovery::Answer {
+                    firing_now: v.alert_label_sets(&names, None).await?,
+                    fired_within: v.alert_label_sets(&names, Some(EPISODE_TTL)).await?,
+                })
             })
-        }
-        .await;
+            .await;
         match answer {
             Ok(a) => self.apply_recovery(&a, now),
             Err(e) => {
@@ -164,7 +166,10 @@ impl Engine {
             return;
         };
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        match v.alert_label_sets(&names, Some(EPISODE_TTL)).await {
+        match self
+            .signal(v.alert_label_sets(&names, Some(EPISODE_TTL)))
+            .await
+        {
             Ok(sets) => {
                 let proven = self.state.locked().episodes.prove_firing(&sets);
                 if proven > 0 {
@@ -180,41 +185,69 @@ impl Engine {
         }
     }
 
-    /// Verifies resolved episodes whose settle time has passed. Errors keep
-    /// the episode unverified: no remediation without proof.
+    /// Verifies resolved episodes whose settle time has passed, the longest
+    /// waiting first. Errors keep the episode unverified (no remediation
+    /// without proof) and back it off (`decide::retry`), so a Prometheus
+    /// that times out is not asked again for every episode at every tick.
+    /// One tick asks for at most `signals.timeout` worth of answers and
+    /// stops at the first timeout or unreachable source: the rest wait for
+    /// a later tick, and the loop goes on (#38.2).
     pub(super) async fn verify(&self, now: DateTime<Utc>) {
-        let due: Vec<(Scope, Episode)> = self
-            .state
-            .locked()
-            .episodes
-            .map()
-            .iter()
-            .filter(|(_, e)| !e.firing)
-            .filter(|(_, e)| {
-                let since = e.verified_at.unwrap_or(e.changed_at);
-                (now - since)
-                    .to_std()
-                    .is_ok_and(|d| d >= self.settings.settle)
-            })
-            .map(|(s, e)| (s.clone(), e.clone()))
-            .collect();
+        let clock = self.now();
+        let mut due: Vec<(Scope, Episode)> = {
+            let mut st = self.state.locked();
+            let st = &mut *st;
+            let episodes = st.episodes.map();
+            st.verify_retries.retain(|s| episodes.contains_key(s));
+            let retries = &st.verify_retries;
+            episodes
+                .iter()
+                .filter(|(_, e)| !e.firing)
+                .filter(|(s, _)| !retries.waiting(s, clock))
+                .filter(|(_, e)| {
+                    let since = e.verified_at.unwrap_or(e.changed_at);
+                    (now - since)
+                        .to_std()
+                        .is_ok_and(|d| d >= self.settings.settle)
+                })
+                .map(|(s, e)| (s.clone(), e.clone()))
+                .collect()
+        };
+        due.sort_by_key(|(_, e)| e.verified_at.unwrap_or(e.changed_at));
+        let started = Instant::now();
         for (scope, ep) in due {
-            if !ep.fired && !self.proven(&scope, &ep).await {
-                continue;
+            if started.elapsed() >= self.settings.signal_timeout {
+                tracing::debug!("verification budget of this tick spent; the rest next tick");
+                break;
+            }
+            if !ep.fired {
+                match self.proven(&scope, &ep).await {
+                    Proof::Fired => {}
+                    Proof::Not => continue,
+                    Proof::Unknown { source_down } => {
+                        if source_down {
+                            break;
+                        }
+                        continue;
+                    }
+                }
             }
             let verify_query = self
                 .settings
                 .alerts
                 .get(&ep.alertname)
                 .and_then(|a| a.verify_query.clone());
+            // An error carries whether its source is down (see below).
             let result = match &self.deps.verifier {
-                Some(v) => v
-                    .cleared(&ep.alertname, &ep.matchers, verify_query.as_deref())
+                Some(v) => self
+                    .signal(v.cleared(&ep.alertname, &ep.matchers, verify_query.as_deref()))
                     .await
-                    .map_err(|e| e.to_string()),
-                None => Err("no Prometheus configured: cannot verify".to_string()),
+                    .map_err(|e| (source_is_down(&e), e.to_string())),
+                None => Err((false, "no Prometheus configured: cannot verify".to_string())),
             };
+            let source_down = matches!(result, Err((true, _)));
             let mut st = self.state.locked();
+            let st = &mut *st;
             let Some(e) = st.episodes.get_mut(&scope) else {
                 continue;
             };
@@ -230,18 +263,25 @@ impl Engine {
                     }
                     e.verified_at = Some(now);
                     e.last_error = None;
+                    st.verify_retries.succeeded(&scope);
                 }
                 Ok(c) => {
                     tracing::info!(alert = %ep.alertname, why = %c.why, "resolved but not cleared yet");
                     e.verified_at = None;
                     e.changed_at = now;
                     e.last_error = Some(c.why);
+                    st.verify_retries.succeeded(&scope);
                 }
-                Err(why) => {
-                    tracing::warn!(alert = %ep.alertname, error = %why, "verification failed; retrying later");
+                Err((_, why)) => {
+                    let attempt = st.verify_retries.failed(&scope, clock);
+                    let retry_in = attempt.not_before.saturating_sub(clock);
+                    tracing::warn!(alert = %ep.alertname, error = %why, failures = attempt.failures, ?retry_in, "verification failed; retrying after its backoff");
                     e.verified_at = None;
                     e.last_error = Some(why);
                 }
+            }
+            if source_down {
+                break;
             }
         }
     }
@@ -249,13 +289,13 @@ impl Engine {
     /// Whether Prometheus remembers `ep`'s alert firing for its scope within
     /// the episode TTL: the evidence a resolved notification for a scope
     /// remedy never saw firing needs. No: the episode is dropped, counted
-    /// and logged. An error keeps it for the next try.
-    pub(super) async fn proven(&self, scope: &Scope, ep: &Episode) -> bool {
+    /// and logged. An error keeps it for a later try, after its backoff.
+    pub(super) async fn proven(&self, scope: &Scope, ep: &Episode) -> Proof {
         let Some(v) = &self.deps.verifier else {
-            return false;
+            return Proof::Unknown { source_down: false };
         };
-        let answer = v
-            .alert_label_sets(&[ep.alertname.as_str()], Some(EPISODE_TTL))
+        let answer = self
+            .signal(v.alert_label_sets(&[ep.alertname.as_str()], Some(EPISODE_TTL)))
             .await;
         let mut st = self.state.locked();
         match answer {
@@ -272,21 +312,49 @@ impl Engine {
                     if let Some(e) = st.episodes.get_mut(scope) {
                         e.fired = true;
                     }
-                } else if unchanged {
+                    return Proof::Fired;
+                }
+                if unchanged {
                     st.episodes.remove(scope);
                     drop(st);
                     self.refused(&ep.alertname, Refusal::Unproven);
                     tracing::warn!(alert = %ep.alertname, matchers = ?ep.matchers, "resolved notification for an alert Prometheus never saw firing in this scope: ignored");
                 }
-                fired
+                Proof::Not
             }
             Err(e) => {
-                tracing::warn!(alert = %ep.alertname, error = %e, "cannot check whether the alert fired; retrying later");
+                let clock = self.now();
+                let attempt = st.verify_retries.failed(scope, clock);
+                let retry_in = attempt.not_before.saturating_sub(clock);
+                tracing::warn!(alert = %ep.alertname, error = %e, failures = attempt.failures, ?retry_in, "cannot check whether the alert fired; retrying after its backoff");
                 if let Some(ep) = st.episodes.get_mut(scope) {
                     ep.last_error = Some(format!("cannot check that it fired: {e}"));
                 }
-                false
+                Proof::Unknown {
+                    source_down: source_is_down(&e),
+                }
             }
         }
     }
+}
+
+/// What Prometheus says of a resolved episode never seen firing.
+pub(super) enum Proof {
+    Fired,
+    Not,
+    /// No answer; `source_down`: a timeout or no connection, so the other
+    /// episodes of this tick would wait for the same.
+    Unknown {
+        source_down: bool,
+    },
+}
+
+/// A source that timed out or cannot be reached: asking it again in the
+/// same tick only makes the tick longer.
+fn source_is_down(e: &crate::signals::SignalError) -> bool {
+    matches!(
+        e,
+        crate::signals::SignalError::Timeout { .. }
+            | crate::signals::SignalError::Unreachable { .. }
+    )
 }

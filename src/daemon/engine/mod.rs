@@ -62,6 +62,9 @@ struct State {
     record: Tracker,
     /// Goals that failed, planned again after their backoff.
     retries: Retries<ResourceKey>,
+    /// Episodes whose verification or proof failed, asked again after
+    /// their backoff.
+    verify_retries: Retries<Scope>,
     /// When firing episodes without proof were last checked (engine clock).
     firing_proof_at: Option<Duration>,
     /// Place in its domain's release order and the length of that line,
@@ -107,6 +110,8 @@ struct Settings {
     backoff: BackoffPolicy,
     breaker_query: Option<String>,
     settle: Duration,
+    /// `signals.timeout`: also what one tick may spend verifying.
+    signal_timeout: Duration,
     controller_grace: Duration,
     dry_run: bool,
     /// Watch streams whose initial list must be in before the holds on
@@ -144,6 +149,7 @@ impl Engine {
                 backoff: cfg.backoff.clone(),
                 breaker_query: cfg.breaker.query.clone(),
                 settle: cfg.signals.settle,
+                signal_timeout: cfg.signals.timeout,
                 controller_grace: cfg.controller_grace,
                 dry_run: cfg.dry_run,
                 streams,
@@ -157,6 +163,7 @@ impl Engine {
                 report: StatusReport::default(),
                 record: Tracker::default(),
                 retries: Retries::default(),
+                verify_retries: Retries::default(),
                 firing_proof_at: None,
                 release_order: HashMap::new(),
                 letting_go: HashSet::new(),
@@ -195,6 +202,34 @@ impl Engine {
         self.origin.elapsed()
     }
 
+    /// One call to Prometheus or Alertmanager, announced to the heartbeat
+    /// with its bound: [`SIGNAL_REQUESTS`] requests of `signals.timeout`.
+    async fn signal<T>(&self, call: impl std::future::Future<Output = T>) -> T {
+        self.heartbeat
+            .waiting(self.settings.signal_timeout.saturating_mul(SIGNAL_REQUESTS));
+        let out = call.await;
+        self.heartbeat.beat();
+        out
+    }
+
+    /// One apiserver call of the tick (pause switch, episode record), cut
+    /// after [`APISERVER_WAIT`] and announced to the heartbeat: a 429 storm
+    /// or a hung connection delays the tick, never fails /healthz. Cut, it
+    /// changed nothing this replica knows of: the next tick reads again.
+    async fn apiserver<T>(
+        &self,
+        what: &'static str,
+        call: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        self.heartbeat.waiting(APISERVER_WAIT);
+        let out = tokio::time::timeout(APISERVER_WAIT, call).await;
+        self.heartbeat.beat();
+        if out.is_err() {
+            tracing::warn!(call = what, after = ?APISERVER_WAIT, "apiserver call cut; tried again next tick");
+        }
+        out.ok()
+    }
+
     fn with_schedule<T>(&self, f: impl FnOnce(&mut recovery::Schedule) -> T) -> Option<T> {
         Some(f(&mut self.recovery.locked()))
     }
@@ -222,8 +257,8 @@ impl Engine {
         // tick loads and re-verifies them).
         let leader = self.deps.leader.is_leader();
         if let Some(switch) = self.deps.pause.as_ref() {
-            switch.refresh().await;
-            self.heartbeat.beat();
+            self.apiserver("read the pause switch", switch.refresh())
+                .await;
         }
         self.record_in(leader).await;
         self.heartbeat.beat();
@@ -257,7 +292,7 @@ impl Engine {
             self.verify(wall).await;
         }
         let external = match (&self.deps.verifier, &self.settings.breaker_query) {
-            (Some(v), Some(q)) => v.query_scalar(q).await.ok().flatten(),
+            (Some(v), Some(q)) => self.signal(v.query_scalar(q)).await.ok().flatten(),
             _ => None,
         };
         self.round(now, wall, external, leader);
@@ -479,11 +514,21 @@ const NOTE_BURST: u32 = 1;
 const NOTE_QUIET: Duration = Duration::from_secs(30);
 
 /// How long the engine loop may go without a beat before /healthz fails:
-/// three missed ticks, beyond the longest single wait inside a tick (a
-/// Prometheus or Alertmanager query, bounded by `signals.timeout`).
+/// three missed ticks, beyond the longest single request inside a tick (a
+/// Prometheus or Alertmanager query, bounded by `signals.timeout`). Waits
+/// announced to the heartbeat add their own bound ([`Engine::signal`],
+/// [`Engine::apiserver`]).
 pub fn stall_limit(cfg: &Config) -> Duration {
     cfg.tick.saturating_mul(3) + cfg.signals.timeout
 }
+
+/// Requests one verifier call may send in turn: `cleared` reads the
+/// external labels, ALERTS, Alertmanager and the `verify_query`.
+const SIGNAL_REQUESTS: u32 = 4;
+
+/// Longest an apiserver call of the tick may take: beyond the 429 gate's
+/// longest wait (30 s, `daemon::slowdown`) and one more send.
+const APISERVER_WAIT: Duration = Duration::from_secs(45);
 
 #[cfg(test)]
 mod replay;

@@ -22,7 +22,12 @@ impl Engine {
         let Some(link) = self.deps.record.as_ref() else {
             return;
         };
-        let read = link.api.read().await;
+        let Some(read) = self
+            .apiserver("read the episode record", link.api.read())
+            .await
+        else {
+            return;
+        };
         if let Err(e) = &read {
             tracing::warn!(error = %e, label = e.label(), record = link.api.name(), "cannot read the episode record");
         }
@@ -99,14 +104,19 @@ impl Engine {
                 return;
             }
         };
-        let result = link
-            .api
-            .write(
-                crate::metrics::values::RecordWriter::Leader,
-                &record,
-                rv.as_deref(),
+        let Some(result) = self
+            .apiserver(
+                "write the episode record",
+                link.api.write(
+                    crate::metrics::values::RecordWriter::Leader,
+                    &record,
+                    rv.as_deref(),
+                ),
             )
-            .await;
+            .await
+        else {
+            return;
+        };
         match &result {
             Ok(Some(_)) => tracing::debug!(
                 episodes = record.episodes.len(),
