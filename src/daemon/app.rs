@@ -85,6 +85,7 @@ impl Readiness for WatchReadiness {
             .iter()
             .filter(|s| !self.store.is_synced(s))
             .map(|s| format!("watch {s}: initial list not synced yet"))
+            .chain(self.engine.pause_unready())
             .collect();
         if !missing.is_empty() {
             return Err(missing);

@@ -134,10 +134,17 @@ pub async fn write(
     })
 }
 
-/// The switch as this replica last read it.
+/// The switch as this replica last read it. Until one read succeeds it
+/// counts as set: a new or restarted replica that cannot read it (a Role
+/// without `get`, an apiserver error) must not write while an operator may
+/// have pulled the cord (#38.4).
 pub struct PauseSwitch {
     api: Option<(Api<ConfigMap>, String)>,
     paused: AtomicBool,
+    /// Whether a read has succeeded since the process started.
+    read_once: AtomicBool,
+    /// The last read was refused (403): the Role is wrong, /readyz says so.
+    forbidden: AtomicBool,
     state: Mutex<Option<Paused>>,
     problem: Mutex<Option<String>>,
     metrics: Arc<Metrics>,
@@ -148,9 +155,12 @@ impl PauseSwitch {
     pub fn new(client: kube::Client, namespace: &str, name: &str, metrics: Arc<Metrics>) -> Self {
         let api =
             (!name.is_empty()).then(|| (Api::namespaced(client, namespace), name.to_string()));
+        let read_once = AtomicBool::new(api.is_none());
         Self {
             api,
             paused: AtomicBool::new(false),
+            read_once,
+            forbidden: AtomicBool::new(false),
             state: Mutex::new(None),
             problem: Mutex::new(None),
             metrics,
@@ -162,15 +172,35 @@ impl PauseSwitch {
         Self {
             api: None,
             paused: AtomicBool::new(false),
+            read_once: AtomicBool::new(true),
+            forbidden: AtomicBool::new(false),
             state: Mutex::new(None),
             problem: Mutex::new(None),
             metrics,
         }
     }
 
-    /// Checked by the executor right before each write.
+    /// Checked by the executor right before each write: set, or not read
+    /// yet.
     pub fn is_paused(&self) -> bool {
-        self.paused.load(Ordering::SeqCst)
+        self.paused.load(Ordering::SeqCst) || !self.read_once.load(Ordering::SeqCst)
+    }
+
+    /// Why this replica is not ready because of the switch: it was never
+    /// read (so remedy writes nothing), or reading it is forbidden.
+    pub fn unready(&self) -> Option<String> {
+        let name = self.api.as_ref().map_or("", |(_, n)| n.as_str());
+        let problem = self.problem();
+        if !self.read_once.load(Ordering::SeqCst) {
+            return Some(format!(
+                "pause switch ConfigMap {name} not read yet: remedy writes nothing until it is{}",
+                problem.map(|p| format!(" ({p})")).unwrap_or_default()
+            ));
+        }
+        if self.forbidden.load(Ordering::SeqCst) {
+            return problem;
+        }
+        None
     }
 
     pub fn state(&self) -> Option<Paused> {
@@ -218,6 +248,10 @@ impl PauseSwitch {
         match next {
             Ok(next) => {
                 *self.problem.locked() = None;
+                self.forbidden.store(false, Ordering::SeqCst);
+                if !self.read_once.swap(true, Ordering::SeqCst) && next.is_none() {
+                    tracing::info!(configmap = %name, "pause switch read: not set, remedy writes");
+                }
                 let was = self.paused.swap(next.is_some(), Ordering::SeqCst);
                 match (&next, was) {
                     (Some(p), false) => tracing::warn!(
@@ -233,7 +267,17 @@ impl PauseSwitch {
                 *self.state.locked() = next;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "pause switch not read; keeping the last answer");
+                let forbidden = matches!(
+                    &e,
+                    PauseError::Read { source, .. }
+                        if matches!(&**source, kube::Error::Api(ae) if ae.code == 403)
+                );
+                self.forbidden.store(forbidden, Ordering::SeqCst);
+                if self.read_once.load(Ordering::SeqCst) {
+                    tracing::warn!(error = %e, forbidden, "pause switch not read; keeping the last answer");
+                } else {
+                    tracing::warn!(error = %e, forbidden, "pause switch never read: remedy writes nothing until one read succeeds");
+                }
                 *self.problem.locked() = Some(e.to_string());
             }
         }

@@ -155,3 +155,79 @@ async fn a_pause_stops_releases_in_flight_within_a_tick_and_a_resume_lets_them_g
     assert_eq!(remedy.metric("remedy_paused").await, 0.0);
     eprintln!("{held_at_pause} of {MACHINES} held when paused; none released while paused");
 }
+
+/// #38.4: a replica that cannot read the switch writes nothing. remedy runs
+/// as its shipped ServiceAccount (deploy/base RBAC, impersonated), which may
+/// `get` the switch only in remedy-system; here the switch lives in the test
+/// namespace, is set, and every read of it is refused with 403. Five held
+/// machines are healthy and would be released at once: none is, /readyz
+/// says why, and the refusal is logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_that_cannot_be_read_stops_every_write_and_readyz_says_why() {
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    crate::rbac::apply_rbac(&client).await;
+    let ns = namespace(&client, "pause-403").await;
+    let api = held_healthy_machines(&client, &ns, 5).await;
+    let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "remedy-pause"},
+        "data": {"paused": "true", "reason": "INC-38", "by": "oncall"}
+    }))
+    .expect("configmap");
+    kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns)
+        .create(&Default::default(), &cm)
+        .await
+        .expect("create the switch");
+    let dir = tempfile::tempdir().expect("tmp");
+    let kubeconfig = impersonating(&cluster.kubeconfig, crate::rbac::SA, dir.path());
+    let remedy = Remedy::serve_with_kubeconfig(
+        &kubeconfig,
+        &format!(
+            "namespaces: [{ns}]\nprofiles: [openstack-machine]\ntick: 200ms\nleader_election: {{enabled: false}}\n\
+             pause_switch: {{namespace: {ns}, configmap: remedy-pause}}\n\
+             backoff: {{base: 1s, cap: 2s}}\n\
+             budget: {{refill_per_second: 20, burst: 20}}\n\
+             breaker: {{min_resources: 3, window: 1s, cooldown: 1s}}\n"
+        ),
+    );
+    let body = eventually(
+        Duration::from_secs(60),
+        "/readyz to name the switch",
+        || {
+            let r = remedy.get("/readyz");
+            async move {
+                match r.await {
+                    Some((503, body)) if body.contains("pause switch") => Some(body),
+                    _ => None,
+                }
+            }
+        },
+    )
+    .await;
+    assert!(body.contains("not read yet"), "{body}");
+    assert!(body.contains("forbidden") || body.contains("403"), "{body}");
+    assert_eq!(remedy.get("/healthz").await.map(|r| r.0), Some(200));
+    // Long enough for the breaker's cooldown and every release (20/s).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(count_held(&api).await, Some(5), "{}", remedy.log_tail());
+    assert!(
+        remedy
+            .log()
+            .contains("pause switch never read: remedy writes nothing until one read succeeds"),
+        "{}",
+        remedy.log_tail()
+    );
+}
+
+/// A copy of `kubeconfig` whose user acts as `user` (impersonation).
+fn impersonating(kubeconfig: &Path, user: &str, dir: &Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
+    let mut kc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    let users = kc["users"].as_sequence_mut().expect("users");
+    for u in users {
+        u["user"]["as"] = serde_yaml_ng::Value::String(user.to_string());
+    }
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, serde_yaml_ng::to_string(&kc).expect("yaml")).expect("write");
+    path
+}

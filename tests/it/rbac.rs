@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
-const SA: &str = "system:serviceaccount:remedy-system:remedy";
+pub(crate) const SA: &str = "system:serviceaccount:remedy-system:remedy";
 
 /// Applies the RBAC manifests exactly as committed (server-side apply).
-async fn apply_rbac(client: &Client) {
+pub(crate) async fn apply_rbac(client: &Client) {
     static DONE: OnceCell<()> = OnceCell::const_new();
     DONE.get_or_init(|| async {
         let discovery = kube::Discovery::new(client.clone())

@@ -193,6 +193,12 @@ impl Engine {
         self.deps.pause.as_ref().is_some_and(|p| p.is_paused())
     }
 
+    /// Why the pause switch keeps this replica unready (never read, or
+    /// reading it is forbidden), for /readyz.
+    pub fn pause_unready(&self) -> Option<String> {
+        self.deps.pause.as_ref().and_then(|p| p.unready())
+    }
+
     /// The engine loop's pulse, for /healthz.
     pub fn heartbeat(&self) -> Arc<Heartbeat> {
         self.heartbeat.clone()
