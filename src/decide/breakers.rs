@@ -42,18 +42,34 @@ impl Breakers {
 
     /// As [`Self::slot`], for a domain name already worked out.
     pub fn slot_named(&mut self, name: &str) -> Arc<str> {
-        if let Some((k, _)) = self.map.get_key_value(name) {
-            return k.clone();
-        }
-        let name: Arc<str> = if self.map.len() < MAX_DOMAINS - 1 {
-            Arc::from(name)
-        } else {
-            Arc::from(OTHER)
+        let slot: Arc<str> = match self.map.get_key_value(self.slot_of(name)) {
+            Some((k, _)) => return k.clone(),
+            None => Arc::from(self.slot_of(name)),
         };
         self.map
-            .entry(name.clone())
+            .entry(slot.clone())
             .or_insert_with(|| OutageBreaker::new(&self.cfg));
-        name
+        slot
+    }
+
+    /// The breaker a domain named `name` answers to, without creating it:
+    /// its own once it has one, or while there is room for one (closed
+    /// until then), else [`OTHER`]. The one mapping of a domain to its
+    /// breaker: every caller that asks about a domain (the tick's facts,
+    /// the releases an opening breaker cancels, `explain`, the release
+    /// line) goes through it, so a domain past the bound is `other`
+    /// everywhere.
+    pub fn slot_of<'a>(&'a self, name: &'a str) -> &'a str {
+        match self.map.get_key_value(name) {
+            Some((k, _)) => k,
+            None if self.map.len() < MAX_DOMAINS - 1 => name,
+            None => OTHER,
+        }
+    }
+
+    /// As [`Self::slot_of`], for a resource.
+    pub fn slot_for<'a>(&'a self, key: &'a ResourceKey, view: &'a ResourceView) -> &'a str {
+        self.slot_of(self.by.of(key, view))
     }
 
     pub fn is_open(&self, domain: &str) -> bool {
@@ -188,6 +204,13 @@ mod tests {
             ..ResourceView::default()
         };
         assert_eq!(&*b.slot(&ResourceKey::new("M", "ns", "x"), &v), OTHER);
+        // Looked up without creating: the same answer.
+        assert_eq!(b.slot_of("z199"), OTHER);
+        assert_eq!(b.slot_of("z0"), "z0");
+        assert_eq!(b.slot_for(&ResourceKey::new("M", "ns", "x"), &v), OTHER);
+        let fresh = Breakers::new(&cfg(), DomainBy::Label("zone".into()));
+        assert_eq!(fresh.slot_of("z7"), "z7");
+        assert_eq!(fresh.states().count(), 0, "a look-up creates nothing");
     }
 
     #[test]

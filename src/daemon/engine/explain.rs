@@ -23,6 +23,7 @@ pub struct Explanation {
     pub held: Option<HoldView>,
     /// Paused by someone else: remedy never touches it.
     pub foreign_pause: bool,
+    /// Its failure domain's breaker: `other` for a domain past the bound.
     pub domain: String,
     pub breaker_open: bool,
     /// Alerts firing in a scope that selects it: it stays held while they fire.
@@ -101,7 +102,7 @@ impl Engine {
             .and_then(|_| backoff.not_before(crashes, e.view.failure_time))
             .map(|at| at.max(wall));
         let st = self.state.locked();
-        let domain = st.core.domain_by().of(&key, &e.view).to_string();
+        let domain = st.core.breakers().slot_for(&key, &e.view).to_string();
         let breaker_open = st.core.breakers().is_open(&domain);
         let rate = st.core.release_rate(&domain);
         let (mut firing_alerts, mut remediating_alerts) = (Vec::new(), Vec::new());

@@ -301,13 +301,13 @@ impl Engine {
             .map(|(domain, _, _)| domain.as_ref())
             .collect();
         if !opened.is_empty() {
-            let domain_by = st.core.domain_by();
+            let breakers = st.core.breakers();
             let store = &self.deps.store;
             let dropped = self.pending.cancel(|k, goal| {
                 !matches!(goal, Goal::Hold(_))
                     && store
                         .get(k)
-                        .is_some_and(|e| opened.contains(domain_by.of(k, &e.view)))
+                        .is_some_and(|e| opened.contains(breakers.slot_for(k, &e.view)))
             });
             forget_dropped(
                 &mut st.planned_at_rv,
@@ -448,7 +448,7 @@ impl Engine {
         st.release_order.clear();
         let mut etas: HashMap<ResourceKey, f64> = HashMap::new();
         if leader {
-            let domain_by = st.core.domain_by();
+            let breakers = st.core.breakers();
             let mut lines: HashMap<Arc<str>, Vec<ResourceKey>> = HashMap::new();
             for (key, _) in &lined {
                 // Held ones (most of the line) from this tick's facts; a
@@ -459,7 +459,7 @@ impl Engine {
                         .deps
                         .store
                         .get(key)
-                        .map(|e| Arc::from(domain_by.of(key, &e.view))),
+                        .map(|e| Arc::from(breakers.slot_for(key, &e.view))),
                 };
                 if let Some(domain) = domain {
                     lines.entry(domain).or_default().push(key.clone());

@@ -684,6 +684,48 @@ async fn an_opening_breaker_cancels_queued_releases() {
     assert!(left.is_empty(), "queued releases cancelled: {left:?}");
 }
 
+/// Past 63 failure domains the rest share the breaker `other`: when it
+/// opens, a release queued in one of those domains goes back to waiting,
+/// and `explain` names that breaker, open.
+#[tokio::test]
+async fn an_opening_shared_breaker_cancels_the_queued_releases_of_its_domains() {
+    let mut c = releasing_cfg();
+    c.breaker.domain = crate::model::domains::DomainBy::Label("zone".into());
+    let (e, store) = engine(&c, true);
+    // 70 domains: z0..z62 have a breaker each, z63..z69 share `other`.
+    {
+        let mut st = e.state.lock().unwrap();
+        for z in 0..63 {
+            st.core.domain(&format!("z{z}"));
+        }
+    }
+    let zoned = |mut o: DynamicObject, z: u32| {
+        o.metadata.labels = Some([("zone".to_string(), format!("z{z}"))].into());
+        o
+    };
+    store.apply(0, &zoned(held_osm("h", false, BREAKER_REASON), 69));
+    for z in 0..70 {
+        store.apply(0, &zoned(osm(&format!("ok{z}"), false, json!({})), z));
+    }
+    tick_until_queued(&e, 1).await;
+    assert_eq!(pending(&e), vec![("h".into(), "release")]);
+    // The cloud of z64..z68 fails before a worker took the release.
+    for z in 64..69 {
+        let mut o = zoned(osm(&format!("ok{z}"), true, json!({})), z);
+        o.metadata.resource_version = Some("2".into());
+        store.apply(0, &o);
+    }
+    e.tick().await;
+    assert_eq!(e.report().open_domains, ["other"]);
+    let left: Vec<_> = pending(&e)
+        .into_iter()
+        .filter(|(_, g)| *g == "release")
+        .collect();
+    assert!(left.is_empty(), "queued release in `other` kept: {left:?}");
+    let x = e.explain("ns", "OpenStackMachine", "h").expect("h");
+    assert_eq!((x.domain.as_str(), x.breaker_open), ("other", true));
+}
+
 #[tokio::test]
 async fn a_failed_goal_waits_its_retry_then_is_planned_again_without_a_change() {
     let (e, store) = engine(&cfg(), true);
