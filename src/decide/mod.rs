@@ -39,7 +39,8 @@ pub const ALERT_PREFIX: &str = "alert:";
 pub use crate::model::profile::WITH_PREFIX;
 
 /// A release whose outcome is not seen after this long (the object went
-/// away, or stays silent) is forgotten without counting.
+/// away, or stays silent) is forgotten without counting. One that did not
+/// go (see [`Fact::busy`]) is forgotten at once.
 const FLIGHT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Who paused an object, as far as decisions go.
@@ -109,6 +110,10 @@ pub struct Fact {
     pub deleting: bool,
     /// A goal was already planned from this version of the object.
     pub planned: bool,
+    /// A goal for it is queued or running, or was planned from this
+    /// version (its write may not show yet). Held by remedy and not busy,
+    /// a release of it in flight did not go: its flight ends unanswered.
+    pub busy: bool,
     /// Its profile says how to hold it.
     pub holdable: bool,
     pub crash_count: u32,
@@ -409,6 +414,13 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             } else {
                 core.outcomes.1 += 1;
             }
+        }
+        // Still held with nothing queued or running for it: its release
+        // never went (dropped by the pause switch, an opening breaker or a
+        // firing alert, or its write failed), so no answer will come. Its
+        // owner's slot (`budget.per`) is free now, not after FLIGHT_TIMEOUT.
+        if f.pause.ours() && !f.busy {
+            core.flights.remove(key);
         }
         if f.deleting || f.pause == Pause::Foreign || f.planned {
             return;

@@ -46,6 +46,7 @@ fn fact(domain: &Arc<str>, pause: Pause, failing: bool, crash: u32) -> Fact {
         fresh: true,
         deleting: false,
         planned: false,
+        busy: false,
         holdable: true,
         crash_count: crash,
         backoff_remaining: Duration::ZERO,
@@ -265,6 +266,75 @@ fn an_owner_has_at_most_max_in_flight_releases_unanswered() {
         (1..=4).map(|k| (k, answered(k))),
     );
     assert_eq!(third.actions, [(3, Action::Release)]);
+}
+
+/// `budget.per`: a release that did not go (dropped from the queue by the
+/// pause switch, an opening breaker or a firing alert, or failed to write)
+/// leaves its object held, and frees its owner's slot at the next tick,
+/// not after `FLIGHT_TIMEOUT`.
+#[test]
+fn a_release_that_did_not_go_frees_its_owners_slot_at_the_next_tick() {
+    let mut c = cfg(false);
+    c.budget.per = Some(crate::model::owner::PerOwner {
+        label: Some("cluster.x-k8s.io/deployment-name".into()),
+        field: None,
+        max_in_flight: 1,
+    });
+    let mut core: Core<u32> = Core::new(c);
+    let d = core.domain("a");
+    let md0: Arc<str> = "ns/md-0".into();
+    // Both of md-0, held by the breaker; `planned` and `busy` as the
+    // engine says them.
+    let held = |planned, busy| Fact {
+        owner: Some(md0.clone()),
+        planned,
+        busy,
+        ..fact(&d, Pause::Breaker, false, 0)
+    };
+    let mut t = 1;
+    let first = loop {
+        let out = core.tick(
+            Duration::from_secs(t),
+            LEAD,
+            (1..=2).map(|k| (k, held(false, false))),
+        );
+        if !out.actions.is_empty() {
+            break out;
+        }
+        t += 1;
+        assert!(t < 60, "the breaker never closed");
+    };
+    assert_eq!(first.actions, [(1, Action::Release)]);
+    assert_eq!(first.waiting, [(2, WaitReason::Owner)]);
+    // 1's release is queued: still in flight.
+    t += 1;
+    let queued = core.tick(
+        Duration::from_secs(t),
+        LEAD,
+        [(1, held(true, true)), (2, held(false, false))],
+    );
+    assert!(queued.actions.is_empty(), "{:?}", queued.actions);
+    assert_eq!(core.in_flight("ns/md-0"), 1);
+    // Dropped from the queue, still held: the slot is free, and 1 (first
+    // in line) goes again.
+    t += 1;
+    let dropped = core.tick(
+        Duration::from_secs(t),
+        LEAD,
+        (1..=2).map(|k| (k, held(false, false))),
+    );
+    assert_eq!(dropped.actions, [(1, Action::Release)]);
+    assert_eq!(dropped.waiting, [(2, WaitReason::Owner)]);
+    // Its write failed: still held and waiting its retry (planned, not
+    // busy). The slot is free: 2 goes in its place.
+    t += 1;
+    let failed = core.tick(
+        Duration::from_secs(t),
+        LEAD,
+        [(1, held(true, false)), (2, held(false, false))],
+    );
+    assert_eq!(failed.actions, [(2, Action::Release)]);
+    assert_eq!(core.in_flight("ns/md-0"), 1);
 }
 
 #[test]

@@ -171,6 +171,11 @@ impl Engine {
                 crash_count: crashes,
                 remaining: backoff_remaining,
             } = facts::retry(backoff, e.view.crash_count, e.view.failure_time, wall);
+            // A goal for it queued or running, or planned from this version.
+            let busy = planned
+                .get(key)
+                .is_some_and(|rv| *rv == e.view.resource_version)
+                || pending.contains(key);
             let owner: Option<Arc<str>> = per_owner
                 .as_ref()
                 .and_then(|p| p.of(key, &e.view))
@@ -203,12 +208,10 @@ impl Engine {
                     // Without its profile nothing is decided for it; nor
                     // while a goal for it is queued or running, was planned
                     // from this version, or failed and waits its backoff.
-                    planned: profile.is_none()
-                        || planned
-                            .get(key)
-                            .is_some_and(|rv| *rv == e.view.resource_version)
-                        || pending.contains(key)
-                        || retries.waiting(key, now),
+                    planned: profile.is_none() || busy || retries.waiting(key, now),
+                    // Not while it only waits its retry: its goal failed,
+                    // and a goal's unpause is its last step.
+                    busy,
                     // Not one its owner is replacing: a pause would not stop that.
                     holdable: profile.is_some_and(|p| p.hold.is_some()) && !e.view.replaced,
                     crash_count: crashes,

@@ -726,6 +726,51 @@ async fn an_opening_shared_breaker_cancels_the_queued_releases_of_its_domains() 
     assert_eq!((x.domain.as_str(), x.breaker_open), ("other", true));
 }
 
+/// `budget.per` with `max_in_flight: 1`: a release that failed in the
+/// executor, or was dropped from the queue, leaves its object held and
+/// frees its owner's slot at the next tick.
+#[tokio::test]
+async fn a_failed_or_dropped_release_frees_its_owners_slot_at_the_next_tick() {
+    let mut c = releasing_cfg();
+    let label = "cluster.x-k8s.io/deployment-name";
+    c.budget.per = Some(crate::model::owner::PerOwner {
+        label: Some(label.into()),
+        field: None,
+        max_in_flight: 1,
+    });
+    let (e, store) = engine(&c, true);
+    for name in ["a", "b"] {
+        let mut o = held_osm(name, false, BREAKER_REASON);
+        o.metadata.labels = Some([(label.to_string(), "md-0".to_string())].into());
+        store.apply(0, &o);
+    }
+    for i in 0..8 {
+        store.apply(0, &osm(&format!("ok{i}"), false, json!({})));
+    }
+    tick_until_queued(&e, 1).await;
+    assert_eq!(pending(&e), vec![("a".into(), "release")]);
+    // The worker fails to write it (as `work` records an error).
+    let (k, _) = e.pending.take().unwrap();
+    {
+        let mut st = e.state.lock().unwrap();
+        st.planned_at_rv.remove(&k);
+        st.retries.failed(&k, e.now());
+    }
+    e.pending.finish(&k);
+    e.tick().await;
+    assert_eq!(
+        pending(&e),
+        vec![("b".into(), "release")],
+        "a waits its retry"
+    );
+    // b's release is dropped from the queue (as by the pause switch, an
+    // opening breaker or a firing alert): b goes again at once.
+    let dropped = e.pending.cancel(|_, _| true);
+    e.forget_plans(&dropped);
+    e.tick().await;
+    assert_eq!(pending(&e), vec![("b".into(), "release")]);
+}
+
 #[tokio::test]
 async fn a_failed_goal_waits_its_retry_then_is_planned_again_without_a_change() {
     let (e, store) = engine(&cfg(), true);

@@ -257,6 +257,8 @@ pub fn fact(backoff: &BackoffPolicy, domain: Arc<str>, f: &SimFact, now: Ms) -> 
         fresh: f.fresh,
         deleting: false,
         planned: false,
+        // Released at once: a released resource is not held at the next tick.
+        busy: false,
         holdable: true,
         crash_count: retry.crash_count,
         backoff_remaining: retry.remaining,
