@@ -134,7 +134,9 @@ pub struct BreakerConfig {
 /// and BUILD polls, each with gophercloud's version discovery) keeps calling
 /// a broken cloud unless the whole domain stops: `domain` holds every
 /// holdable resource of an open domain, and releases the ones held for
-/// nothing of their own only once it closes (probes are the failing ones).
+/// nothing of their own only once it closes (probes are the failing ones,
+/// so it needs `release.probe_every`: the breaker cools only once they
+/// succeed).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BreakerHold {
@@ -558,6 +560,14 @@ impl BreakerConfig {
             return Err(ConfigError::invalid(
                 "breaker.release.probe_every",
                 "must be at least 1s",
+            ));
+        }
+        // Held whole, an open domain makes no calls and so cannot fail:
+        // without probes it would close on a timer, whatever the cloud.
+        if self.hold == BreakerHold::Domain && pace.probe_every.is_none() {
+            return Err(ConfigError::invalid(
+                "breaker.hold",
+                "domain needs breaker.release.probe_every: a domain held whole makes no calls, only probes tell that its cloud is back",
             ));
         }
         if !(pace.step.is_finite() && pace.step >= 0.0) {
@@ -1014,6 +1024,15 @@ mod tests {
             assert!(err.to_string().contains(field), "{yaml}: {err}");
         }
         assert!(Config::from_yaml("breaker: {release: {probes: 1}}").is_err());
+        let err = Config::from_yaml("breaker: {hold: domain}")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("probe_every"), "{err}");
+        Config::from_yaml("breaker: {hold: domain, release: {probe_every: 20s}}")
+            .unwrap()
+            .validate()
+            .unwrap();
     }
 
     #[test]

@@ -23,6 +23,14 @@ pub struct Sample {
     /// `open_ratio` with `min_resources` failures it opens.
     pub release_failure_share: Option<f64>,
     pub release_failures: u32,
+    /// The domain is held whole (`breaker.hold: domain`) with failed
+    /// resources held to probe: nothing in it calls the cloud, so its calm
+    /// is silence, not evidence. Open, the breaker starts cooling only
+    /// once `probed`.
+    pub held_whole: bool,
+    /// Probes (releases made since it opened) have answered, and their
+    /// last window is in `release_failure_share`.
+    pub probed: bool,
 }
 
 impl Sample {
@@ -201,7 +209,9 @@ impl OutageBreaker {
                 }
             }
             BreakerState::Open { since, cause } => {
-                if below {
+                // Once cooling, no answer is needed any more: the failed
+                // resources go while it cools, and then none is left to probe.
+                if below && (!sample.held_whole || sample.probed) {
                     self.cool_or_close(now, now)
                 } else {
                     BreakerState::Open { since, cause }
@@ -433,6 +443,36 @@ mod tests {
                 since: secs(201),
                 cause: OpenCause::Releases
             }
+        );
+    }
+
+    #[test]
+    fn held_whole_it_cools_only_on_the_probes_answer() {
+        let mut b = OutageBreaker::new(&cfg());
+        b.observe(secs(0), Sample::failing(100, 50));
+        // Everything held: calm, but no probe has answered.
+        let held = |probed, share| Sample {
+            held_whole: true,
+            probed,
+            release_failure_share: share,
+            ..Sample::failing(100, 0)
+        };
+        for t in 1..200 {
+            b.observe(secs(t), held(false, None));
+        }
+        assert!(matches!(b.state(), BreakerState::Open { .. }));
+        // Probes fail: still open.
+        b.observe(secs(200), held(true, Some(1.0)));
+        assert!(matches!(b.state(), BreakerState::Open { .. }));
+        // They succeed: it cools, and closes on calm without more answers.
+        assert_eq!(
+            b.observe(secs(201), held(true, Some(0.0))),
+            BreakerState::Cooling { since: secs(201) }
+        );
+        b.observe(secs(220), held(false, None));
+        assert_eq!(
+            b.observe(secs(231), held(false, None)),
+            BreakerState::Closed
         );
     }
 

@@ -23,7 +23,7 @@ use crate::decide::release::{Candidate, Owners, WaitReason, plan_owned};
 use crate::model::domains::DomainBy;
 use breakers::Breakers;
 use pace::{Answer, Pace};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
@@ -228,6 +228,9 @@ struct Flight {
     domain: Arc<str>,
     owner: Option<Arc<str>>,
     at: Duration,
+    /// Held only with its domain (`Pause::Domain`): healthy when held, its
+    /// healthy answer is none to the pace.
+    with_domain: bool,
 }
 
 pub struct Core<K> {
@@ -249,6 +252,9 @@ pub struct Tick<'a, K> {
     now: Duration,
     samples: BTreeMap<Arc<str>, Sample>,
     breaker_holds: BTreeMap<Arc<str>, usize>,
+    /// Domains with resources held for a failure of their own
+    /// (`Pause::Breaker`): what probes are made of.
+    failed_held: BTreeSet<Arc<str>>,
     out: Decisions<K>,
     candidates: Vec<Asking<K>>,
     /// Held with their open domain (`Pause::Domain`): they wait behind
@@ -256,10 +262,18 @@ pub struct Tick<'a, K> {
     domain_held: Vec<K>,
 }
 
-/// A candidate for release or remediation: what it asks, its domain, its
-/// owner (`budget.per`), and whether a resource held with it
-/// (`hold.with_owner`) is still held.
-type Asking<K> = (Candidate<K>, Action, Arc<str>, Option<Arc<str>>, bool);
+/// A candidate for release or remediation.
+struct Asking<K> {
+    candidate: Candidate<K>,
+    action: Action,
+    domain: Arc<str>,
+    /// Its owner (`budget.per`).
+    owner: Option<Arc<str>>,
+    /// A resource held with it (`hold.with_owner`) is still held.
+    followed_held: bool,
+    /// Held only with its domain (`Pause::Domain`).
+    with_domain: bool,
+}
 
 impl<K: Clone + Ord + Hash> Core<K> {
     pub fn new(cfg: CoreConfig) -> Self {
@@ -332,6 +346,7 @@ impl<K: Clone + Ord + Hash> Core<K> {
             now,
             samples: BTreeMap::new(),
             breaker_holds: BTreeMap::new(),
+            failed_held: BTreeSet::new(),
             out: Decisions::default(),
             candidates: Vec::new(),
             domain_held: Vec::new(),
@@ -398,6 +413,9 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
         if matches!(f.pause, Pause::Breaker | Pause::Domain) {
             *self.breaker_holds.entry(f.domain.clone()).or_insert(0) += 1;
         }
+        if f.pause == Pause::Breaker && !self.failed_held.contains(&f.domain) {
+            self.failed_held.insert(f.domain.clone());
+        }
         // A release's answer: the object's first fresh state after it.
         if f.fresh
             && f.pause == Pause::No
@@ -408,7 +426,13 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 Failing::Throttled => Answer::Throttled,
                 Failing::Transient | Failing::NotFound => Answer::Failed,
             };
-            core.pace_mut(&flight.domain).outcome(answer);
+            // Held only with its domain, it was healthy: a healthy answer
+            // says nothing of the cloud (it may make no call) and would
+            // speed the failed ones behind it into an outage. A failure
+            // does say something.
+            if !(flight.with_domain && answer == Answer::Ok) {
+                core.pace_mut(&flight.domain).outcome(answer);
+            }
             if answer == Answer::Ok {
                 core.outcomes.0 += 1;
             } else {
@@ -483,17 +507,18 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             Some(Action::Release)
         };
         if let Some(action) = action {
-            self.candidates.push((
-                Candidate {
+            self.candidates.push(Asking {
+                candidate: Candidate {
                     key: key.clone(),
                     crash_count: f.crash_count,
                     backoff_remaining: f.backoff_remaining,
                 },
                 action,
-                f.domain,
-                f.owner,
-                f.followed_held,
-            ));
+                domain: f.domain,
+                owner: f.owner,
+                followed_held: f.followed_held,
+                with_domain: f.pause == Pause::Domain,
+            });
         }
     }
 
@@ -503,6 +528,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             now,
             samples,
             breaker_holds,
+            failed_held,
             mut out,
             candidates,
             domain_held,
@@ -530,6 +556,19 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 let s = samples.entry(d.clone()).or_default();
                 s.release_failure_share = Some(share);
                 s.release_failures = failed;
+            }
+        }
+        // Held whole (`breaker.hold: domain`), a domain makes no calls: its
+        // calm says nothing, only its probes' answers say the cloud is back.
+        // Without probing, or with nothing failed left to probe, calm is all
+        // there is to go by.
+        let breaker = &core.cfg.breaker;
+        if breaker.hold == BreakerHold::Domain && breaker.release.probe_every.is_some() {
+            for d in failed_held {
+                let probed = core.paces.get(&d).is_some_and(Pace::probed);
+                let s = samples.entry(d).or_default();
+                s.held_whole = true;
+                s.probed = probed;
             }
         }
         out.changed = core.breakers.observe(now, samples, ctx.external);
@@ -562,14 +601,22 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             };
             allow.insert(d.clone(), (i, n, open || !core.resumed));
         }
-        let mut actions: HashMap<K, (Action, Arc<str>, Option<usize>)> = HashMap::new();
+        let mut actions: HashMap<K, (Action, Arc<str>, Option<usize>, bool)> = HashMap::new();
         let mut cands = Vec::with_capacity(candidates.len());
         // budget.per: each owner's room is its max_in_flight less its
         // releases whose answer is not in (flights).
         let max_in_flight = core.cfg.budget.per.as_ref().map(|p| p.max_in_flight);
         let mut owner_ids: HashMap<Arc<str>, usize> = HashMap::new();
         let mut owner_names: Vec<Arc<str>> = Vec::new();
-        for (c, action, domain, owner, followed_held) in candidates {
+        for Asking {
+            candidate: c,
+            action,
+            domain,
+            owner,
+            followed_held,
+            with_domain,
+        } in candidates
+        {
             // Due now but for what follows it: let go, without spending
             // the budget its followers' releases need.
             if followed_held {
@@ -585,7 +632,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                     owner_names.len() - 1
                 })
             });
-            actions.insert(c.key.clone(), (action, domain, id));
+            actions.insert(c.key.clone(), (action, domain, id, with_domain));
             cands.push(c);
         }
         let mut room: Vec<usize> = match max_in_flight {
@@ -602,12 +649,12 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 *r = r.saturating_sub(1);
             }
         }
-        let of = |k: &K| actions.get(k).and_then(|(_, _, o)| *o);
+        let of = |k: &K| actions.get(k).and_then(|(_, _, o, _)| *o);
         let mut owners = Owners { of: &of, room };
         let plan = plan_owned(
             &cands,
             |k| {
-                let d = actions.get(k).map(|(_, d, _)| d.as_ref()).unwrap_or("");
+                let d = actions.get(k).map(|(_, d, _, _)| d.as_ref()).unwrap_or("");
                 allow.get(d).copied().unwrap_or((0, 0, true))
             },
             &mut owners,
@@ -617,7 +664,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
         );
         let mut spent: HashMap<Arc<str>, usize> = HashMap::new();
         for key in plan.release {
-            if let Some((action, domain, owner)) = actions.remove(&key) {
+            if let Some((action, domain, owner, with_domain)) = actions.remove(&key) {
                 *spent.entry(domain.clone()).or_insert(0) += 1;
                 let owner = owner.and_then(|i| owner_names.get(i).cloned());
                 core.flights.insert(
@@ -626,6 +673,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                         domain,
                         owner,
                         at: now,
+                        with_domain,
                     },
                 );
                 out.actions.push((key, action));

@@ -62,6 +62,9 @@ pub struct Pace {
     threshold: Option<f64>,
     /// Windows in a row without answers.
     idle: u32,
+    /// A window with answers has ended since the breaker opened: those in
+    /// `last_share` are the probes', not answers to releases made before.
+    answered_open: bool,
 }
 
 impl Pace {
@@ -81,6 +84,7 @@ impl Pace {
             misses: 0,
             threshold: None,
             idle: 0,
+            answered_open: false,
         }
     }
 
@@ -108,6 +112,7 @@ impl Pace {
     /// The domain's breaker opened: back to probing.
     pub fn opened(&mut self) {
         self.open = true;
+        self.answered_open = false;
         self.rate = Some(self.floor());
         self.credit = self.credit.min(1.0);
     }
@@ -145,6 +150,12 @@ impl Pace {
                 self.throttled = self.throttled.saturating_add(1);
             }
         }
+    }
+
+    /// The cloud has answered probes since the breaker opened, and their
+    /// last window is in [`Self::failures`]: evidence of how it is now.
+    pub fn probed(&self) -> bool {
+        self.open && self.answered_open && self.last_share.is_some()
     }
 
     /// Share of the last window's releases that failed again, and how many
@@ -208,6 +219,7 @@ impl Pace {
             return;
         }
         self.idle = 0;
+        self.answered_open |= self.open;
         let share = f64::from(self.ok) / f64::from(n);
         let throttled = self.throttled > 0;
         self.last_share = Some(share);
@@ -461,6 +473,31 @@ mod tests {
         assert!(p.rate().is_some());
         p.allowance(secs(20 + 5 * 30), 80.0);
         assert_eq!(p.rate(), None);
+    }
+
+    #[test]
+    fn only_answers_since_the_breaker_opened_are_probes() {
+        let mut p = Pace::new(&cfg());
+        // Releases answered before the outage.
+        p.allowance(secs(0), 80.0);
+        p.outcome(Answer::Ok);
+        p.allowance(secs(5), 80.0);
+        assert_eq!(p.failures(), Some((0.0, 0)));
+        assert!(!p.probed(), "closed: no probes");
+        p.opened();
+        assert!(!p.probed(), "answers from before it opened");
+        p.outcome(Answer::Ok);
+        p.allowance(secs(10), 80.0);
+        assert!(p.probed());
+        // No more answers: the last stands for two probe intervals.
+        p.allowance(secs(15), 80.0);
+        assert!(p.probed());
+        p.allowance(secs(20), 80.0);
+        assert!(!p.probed());
+        p.outcome(Answer::Ok);
+        p.allowance(secs(25), 80.0);
+        p.closed();
+        assert!(!p.probed(), "closed again");
     }
 
     #[test]

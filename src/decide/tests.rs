@@ -628,3 +628,87 @@ fn holds_with_the_domain_resume_the_breaker_open_for_a_new_leader() {
         (2, DOMAIN_REASON)
     );
 }
+
+/// `breaker.hold: domain` closes on the cloud's answer, not on a timer.
+/// Zone 0's cloud is down until 100 s; held whole, nothing in it fails, and
+/// its three failed resources wait out a 60 s backoff before each probe.
+/// The cooldown (20 s) ends long before the cloud is back: the breaker
+/// stays open and the domain held, and its probes fail. Once a probe
+/// succeeds it cools, closes, and the rest goes; their healthy answers do
+/// not speed the pace up.
+#[test]
+fn hold_domain_stays_open_while_the_cloud_is_down_past_the_cooldown() {
+    let mut c = cfg(true);
+    c.breaker.hold = BreakerHold::Domain;
+    let mut core: Core<u32> = Core::new(c);
+    let d = core.domain("z0");
+    let back = 100;
+    // Held: how, and since when.
+    let mut held: BTreeMap<u32, (Pause, u64)> = BTreeMap::new();
+    let mut released = Vec::new();
+    let mut closed_at = None;
+    let mut pace_at_close = None;
+    let mut pace_after = None;
+    for t in 1..=200 {
+        let down = t < back;
+        let facts: Vec<_> = (0..10)
+            .map(|i| {
+                let (pause, since) = held.get(&i).cloned().unwrap_or((Pause::No, 0));
+                let failing = pause == Pause::No && down && i < 3;
+                let backoff = match pause {
+                    Pause::Breaker => Duration::from_secs((since + 60).saturating_sub(t)),
+                    _ => Duration::ZERO,
+                };
+                let f = Fact {
+                    backoff_remaining: backoff,
+                    ..fact(&d, pause, failing, 0)
+                };
+                (i, f)
+            })
+            .collect();
+        let out = core.tick(Duration::from_secs(t), LEAD, facts);
+        for h in &out.holds {
+            held.insert(h.key, (Pause::from_reason(Some(&h.reason)), t));
+        }
+        for (k, _) in &out.actions {
+            let (pause, _) = held.remove(k).expect("released what was held");
+            released.push((t, *k, pause));
+        }
+        let open = core.breakers().is_open("z0");
+        if t > 1 && t < back {
+            assert!(open, "closed at {t} s with the cloud down");
+        }
+        if !open && closed_at.is_none() {
+            closed_at = Some(t);
+            pace_at_close = core.pace("z0");
+        }
+        // Once the domain holds have answered (before the pace, idle for
+        // 30 windows, is forgotten).
+        if closed_at.is_some_and(|c| t == c + 10) {
+            pace_after = core.pace("z0");
+        }
+    }
+    // While the cloud was down only the failed three left, as probes.
+    let probes: Vec<_> = released.iter().filter(|(t, ..)| *t < back).collect();
+    assert!(!probes.is_empty(), "no probe while down");
+    assert!(
+        probes
+            .iter()
+            .all(|(_, k, p)| *k < 3 && *p == Pause::Breaker),
+        "{probes:?}"
+    );
+    // After it, a probe succeeded, the breaker closed and all went.
+    let closed_at = closed_at.expect("closed once the cloud was back");
+    assert!(closed_at > back, "closed at {closed_at}");
+    assert!(held.is_empty(), "still held: {held:?}");
+    let with_domain: Vec<_> = released
+        .iter()
+        .filter(|(_, _, p)| *p == Pause::Domain)
+        .collect();
+    // The seven healthy ones, and the three whose probes succeeded while
+    // it cooled (held again with the open domain).
+    assert_eq!(with_domain.len(), 10, "{released:?}");
+    assert!(with_domain.iter().all(|(t, ..)| *t >= closed_at));
+    assert!(pace_at_close.is_some());
+    assert_eq!(pace_after, pace_at_close, "paced by healthy domain holds");
+}
