@@ -17,6 +17,8 @@ pub struct Explanation {
     pub state: String,
     /// The classification rule that matched, if failing.
     pub reason: Option<String>,
+    /// As the engine counts it: 0 once the last failure is older than
+    /// `backoff.quiet_window`.
     pub crash_count: u32,
     pub failure_time: Option<DateTime<Utc>>,
     /// remedy's hold: why (breaker, alert:NAME) and since when.
@@ -94,9 +96,13 @@ impl Engine {
         let e = self.deps.store.get(&key)?;
         let wall = Utc::now();
         let profile = &self.deps.profiles.get(e.profile)?;
-        let backoff = &self.settings.backoff.effective(profile.backoff);
-        let crashes = e.view.crash_count.unwrap_or(0);
-        let remaining = backoff.wait(crashes, e.view.failure_time, wall);
+        let backoff = self.settings.backoff.effective(profile.backoff);
+        // As the engine counts them (`round.rs`): a count older than the
+        // quiet window is 0 and waits for nothing.
+        let crate::decide::facts::Retry {
+            crash_count: crashes,
+            remaining,
+        } = crate::decide::facts::retry(backoff, e.view.crash_count, e.view.failure_time, wall);
         let controller_retries_at = profile
             .backoff
             .and_then(|_| backoff.not_before(crashes, e.view.failure_time))

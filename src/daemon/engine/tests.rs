@@ -828,3 +828,54 @@ async fn an_adopted_hold_remediates_only_what_it_holds_never_the_rest_of_the_kin
     e.tick().await;
     assert_eq!(pending(&e), vec![("a".into(), "remediate")]);
 }
+
+/// #38.9: `remedy explain` counts crashes and backoff as the engine does: a
+/// count whose last failure is older than `backoff.quiet_window` is 0 and
+/// waits for nothing, so explain shows no wait for a resource the engine
+/// releases, and the same wait for one it keeps back.
+#[tokio::test]
+async fn explain_and_the_engine_agree_on_a_count_older_than_the_quiet_window() {
+    let mut c = cfg();
+    c.breaker.cooldown = Duration::ZERO;
+    c.backoff.quiet_window = Duration::from_secs(600);
+    let (e, store) = engine(&c, true);
+    let held_at = |name: &str, crashes: u32, ago: i64| {
+        let mut o = held_osm_crashed(name, false, BREAKER_REASON, crashes);
+        let t = Utc::now() - chrono::Duration::seconds(ago);
+        o.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                crate::model::profile::FAILURE_TIME_ANNOTATION.into(),
+                t.to_rfc3339(),
+            );
+        o
+    };
+    // 32 min of backoff for crash 5, but its failure is 20 min old: past
+    // the quiet window. 4 min for crash 2, a minute ago: 3 min to wait.
+    store.apply(0, &held_at("stale", 5, 20 * 60));
+    store.apply(0, &held_at("recent", 2, 60));
+    for i in 0..5 {
+        store.apply(0, &osm(&format!("ok{i}"), false, json!({})));
+    }
+    tick_until_queued(&e, 1).await;
+    assert_eq!(pending(&e), vec![("stale".into(), "release")]);
+    assert_eq!(
+        e.report()
+            .waiting
+            .get("ns/OpenStackMachine/recent")
+            .map(String::as_str),
+        Some("backoff")
+    );
+    let stale = e.explain("ns", "OpenStackMachine", "stale").unwrap();
+    assert_eq!(stale.crash_count, 0, "{stale:?}");
+    assert_eq!(stale.backoff_remaining_seconds, 0.0, "{stale:?}");
+    assert_eq!(stale.backoff_until, None);
+    let recent = e.explain("ns", "OpenStackMachine", "recent").unwrap();
+    assert_eq!(recent.crash_count, 2);
+    assert!(
+        (170.0..=180.0).contains(&recent.backoff_remaining_seconds),
+        "{recent:?}"
+    );
+    assert_eq!(recent.waiting.as_deref(), Some("backoff"));
+}
