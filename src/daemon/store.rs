@@ -400,11 +400,16 @@ impl Store {
 
     fn resource_series(&self, key: &ResourceKey, e: &Entry) {
         let crashes = e.view.crash_count.unwrap_or(0);
-        if e.verdict.is_failing() || crashes > 0 || e.state() == "held" {
-            // The profile's controller rule if it names one: brupop's
-            // shadows are retried after 2^n + 1 whole minutes, not 60 s·2^n.
-            let model = self.profiles.get(e.profile).and_then(|p| p.backoff);
-            let delay = self.backoff.effective(model).delay(crashes).as_secs_f64();
+        // The profile's controller rule if it names one: brupop's shadows
+        // are retried after 2^n + 1 whole minutes, not 60 s·2^n, and a
+        // failure time makes it wait even at crash_count 0.
+        let model = self.profiles.get(e.profile).and_then(|p| p.backoff);
+        let backoff = self.backoff.effective(model);
+        if e.verdict.is_failing()
+            || backoff.backs_off(crashes, e.view.failure_time)
+            || e.state() == "held"
+        {
+            let delay = backoff.delay(crashes).as_secs_f64();
             self.metrics.series.set(key, i64::from(crashes), delay);
         } else {
             self.metrics.series.remove(key);
@@ -461,6 +466,7 @@ fn counters(view: &ResourceView) -> Counters {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::{DateTime, Utc};
     use serde_json::json;
 
     fn store() -> Store {
@@ -623,5 +629,36 @@ mod tests {
         assert_eq!(crash_loops(&s), 1);
         s.apply(0, &shadow(3, 2));
         assert_eq!(crash_loops(&s), 2, "brupop counted another failure");
+    }
+
+    /// #38.14: brupop waits 2 minutes after a failure time at crash_count 0
+    /// too (only a null one means "never crashed"): that wait is exported.
+    #[test]
+    fn a_shadow_with_a_failure_time_and_crash_count_0_exports_its_wait() {
+        let s = crate::testkit::store(&["bottlerocket-shadow"], Arc::new(Metrics::new(100)));
+        let shadow = |name: &str, failed: Option<DateTime<Utc>>| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "brupop.bottlerocket.aws/v2", "kind": "BottlerocketShadow",
+                "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"},
+                "status": {"current_state": "Idle", "crash_count": 0,
+                           "state_transition_failure_timestamp": failed.map(|t| t.to_rfc3339())},
+            }))
+            .unwrap()
+        };
+        let failed = Utc::now() - chrono::Duration::seconds(30);
+        s.apply(0, &shadow("failed", Some(failed)));
+        s.apply(0, &shadow("never", None));
+        let text = s.metrics.encode().unwrap();
+        let sample = |name: &str| {
+            let series = format!(
+                r#"remedy_resource_backoff_delay_seconds{{namespace="ns",kind="BottlerocketShadow",name="{name}"}} "#
+            );
+            text.lines()
+                .find_map(|l| l.strip_prefix(series.as_str()))
+                .map(|v| v.parse::<f64>().unwrap())
+        };
+        // Failure time + 120 s is when the controller proceeds: 90 s from now.
+        assert_eq!(sample("failed"), Some(120.0), "{text}");
+        assert_eq!(sample("never"), None, "{text}");
     }
 }

@@ -122,6 +122,31 @@ impl Effective<'_> {
         }
     }
 
+    /// Whether its counters ask for a wait at all (its backoff delay is
+    /// then exported): a crash count, or under a controller's rule a
+    /// failure time alone, whatever the count: brupop takes only a null
+    /// one for "never crashed", and waits 2 minutes at crash_count 0.
+    pub fn backs_off(self, crash_count: u32, failure_time: Option<DateTime<Utc>>) -> bool {
+        crash_count > 0 || (matches!(self, Self::Model(_)) && failure_time.is_some())
+    }
+
+    /// When the profile's controller retries by itself, while that is
+    /// still to come: none under remedy's own policy, without a failure
+    /// time, or once it has passed.
+    pub fn controller_retries_at(
+        self,
+        crash_count: u32,
+        failure_time: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
+        match self {
+            Self::Policy(_) => None,
+            Self::Model(_) => self
+                .not_before(crash_count, failure_time)
+                .filter(|at| *at > now),
+        }
+    }
+
     /// Whether the counters no longer count. A controller model never
     /// forgets: the controller itself does not.
     pub fn is_stale(self, failure_time: Option<DateTime<Utc>>, now: DateTime<Utc>) -> bool {
@@ -309,6 +334,36 @@ mod tests {
         let own = policy.effective(None);
         assert_eq!(own.wait(3, Some(t), now), own.remaining(3, Some(t), now));
         assert_eq!(own.wait(3, Some(t), now), Duration::from_secs(420));
+    }
+
+    /// #38.14: brupop proceeds only once `floor(minutes) > 2^crash_count`
+    /// after a failure time, so at crash_count 0 too: 2 minutes.
+    #[test]
+    fn a_failure_time_alone_is_a_wait_under_brupops_rule() {
+        let policy = BackoffPolicy::default();
+        let brupop = policy.effective(Some(BackoffModel::Brupop));
+        let t: DateTime<Utc> = "2026-12-02T10:00:00Z".parse().unwrap();
+        let now = t + chrono::Duration::seconds(30);
+        assert!(brupop.backs_off(0, Some(t)));
+        assert_eq!(brupop.remaining(0, Some(t), now), Duration::from_secs(90));
+        assert_eq!(
+            brupop.controller_retries_at(0, Some(t), now),
+            Some(t + chrono::Duration::seconds(120))
+        );
+        let later = t + chrono::Duration::seconds(121);
+        assert_eq!(brupop.remaining(0, Some(t), later), Duration::ZERO);
+        assert_eq!(brupop.controller_retries_at(0, Some(t), later), None);
+        // Never crashed: no failure time, no wait.
+        assert!(!brupop.backs_off(0, None));
+        assert_eq!(brupop.controller_retries_at(0, None, now), None);
+        assert!(brupop.backs_off(1, None));
+        // remedy's own policy: its counter is what counts (a breaker-domain
+        // hold records a failure time with count 0), and no controller
+        // retries by itself.
+        let own = policy.effective(None);
+        assert!(!own.backs_off(0, Some(t)));
+        assert!(own.backs_off(2, Some(t)));
+        assert_eq!(own.controller_retries_at(2, Some(t), now), None);
     }
 
     #[test]

@@ -45,7 +45,8 @@ pub struct Explanation {
     pub backoff_remaining_seconds: f64,
     pub backoff_until: Option<DateTime<Utc>>,
     /// Under a profile naming its controller's rule (brupop): when that
-    /// controller retries by itself; remedy adds no wait of its own.
+    /// controller retries by itself, while that is to come; remedy adds no
+    /// wait of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller_retries_at: Option<DateTime<Utc>>,
     /// 1-based place among the resources waiting to be released in its
@@ -103,10 +104,8 @@ impl Engine {
             crash_count: crashes,
             remaining,
         } = crate::decide::facts::retry(backoff, e.view.crash_count, e.view.failure_time, wall);
-        let controller_retries_at = profile
-            .backoff
-            .and_then(|_| backoff.not_before(crashes, e.view.failure_time))
-            .map(|at| at.max(wall));
+        let controller_retries_at =
+            backoff.controller_retries_at(crashes, e.view.failure_time, wall);
         let st = self.state.locked();
         let domain = st.core.breakers().slot_for(&key, &e.view).to_string();
         let breaker_open = st.core.breakers().is_open(&domain);
