@@ -6,17 +6,46 @@
 //! only when its text changes, so it costs a write per change of state, not
 //! per tick. `remedy explain` has the rest.
 
+use crate::model::profile::WITH_PREFIX;
 use chrono::{DateTime, SecondsFormat, Utc};
 use std::hash::{Hash, Hasher};
+
+/// What holds a resource now, which is not always what its hold mark
+/// says: a breaker hold whose alert fires stays held for the alert.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hold<'a> {
+    /// Its failure domain's outage breaker (`breaker`, `breaker-domain`,
+    /// or a reason this version does not know: released like one).
+    Breaker,
+    /// An alert (its name), while it fires and until it is verified
+    /// cleared.
+    Alert(&'a str),
+    /// Its owner (`Kind/name`), held by remedy (`hold.with_owner`).
+    With(&'a str),
+}
+
+impl<'a> Hold<'a> {
+    /// From the hold mark's reason.
+    pub fn from_mark(reason: &'a str) -> Self {
+        if let Some(alert) = reason.strip_prefix("alert:") {
+            Self::Alert(alert)
+        } else if let Some(owner) = reason.strip_prefix(WITH_PREFIX) {
+            Self::With(owner)
+        } else {
+            Self::Breaker
+        }
+    }
+}
 
 /// What the note says about one held resource.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Why<'a> {
-    /// The hold mark's reason: `breaker` or `alert:NAME`.
-    pub hold: &'a str,
+    pub hold: Hold<'a>,
     pub domain: &'a str,
     /// The wait reason label (`breaker`, `backoff`, `budget`, `owner`,
-    /// `settle`, `retry`).
+    /// `settle`, `retry`), or one only notes name: `with` (held with its
+    /// owner while remedy holds that owner), `followers` (an owner whose
+    /// followers go first).
     pub waits: &'a str,
     /// While waiting on its backoff: when that ends.
     pub not_before: Option<DateTime<Utc>>,
@@ -24,11 +53,72 @@ pub struct Why<'a> {
     pub owner: Option<&'a str>,
 }
 
+/// One held resource as a tick saw it: what the note is made from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held<'a> {
+    /// The hold mark's reason.
+    pub mark: &'a str,
+    pub domain: &'a str,
+    /// The owner (`Kind/name`) it is held with while remedy holds that
+    /// owner: it stays held, whatever its mark says.
+    pub with_owner: Option<&'a str>,
+    /// A firing alert whose scope selects it: it stays held until the
+    /// alert is verified cleared, whatever its mark says.
+    pub firing: Option<&'a str>,
+    /// What the tick lined it up for (a wait reason label), if anything.
+    pub waits: Option<&'a str>,
+    /// Resources held with it (`hold.with_owner`) are still held: they
+    /// go first, and nothing lines it up meanwhile.
+    pub followers_held: bool,
+    pub breaker_open: bool,
+    /// When its backoff ends, while there is one.
+    pub not_before: Option<DateTime<Utc>>,
+    /// Its owner under `budget.per`.
+    pub owner: Option<&'a str>,
+}
+
+impl<'a> Held<'a> {
+    /// Its note: what holds it now and what for, in the order the
+    /// decision core keeps it held (its owner, then a firing alert, then
+    /// its mark and what it is lined up for). None when there is nothing
+    /// to say (a goal for it is queued or running).
+    pub fn why(&self) -> Option<Why<'a>> {
+        let (hold, waits) = if let Some(owner) = self.with_owner {
+            (Hold::With(owner), "with")
+        } else if let Some(alert) = self.firing {
+            // The same words as once it resolved and waits to be verified:
+            // one note for the whole alert.
+            (Hold::Alert(alert), "settle")
+        } else if let Some(waits) = self.waits {
+            (Hold::from_mark(self.mark), waits)
+        } else if self.followers_held {
+            let waits = if self.breaker_open {
+                "breaker"
+            } else if self.not_before.is_some() {
+                "backoff"
+            } else {
+                "followers"
+            };
+            (Hold::from_mark(self.mark), waits)
+        } else {
+            return None;
+        };
+        Some(Why {
+            hold,
+            domain: self.domain,
+            waits,
+            not_before: self.not_before.filter(|_| waits == "backoff"),
+            owner: self.owner.filter(|_| waits == "owner"),
+        })
+    }
+}
+
 impl Why<'_> {
     pub fn text(&self) -> String {
-        let held = match self.hold.strip_prefix("alert:") {
-            Some(alert) => format!("held by remedy while alert {alert} fires"),
-            None => format!(
+        let held = match self.hold {
+            Hold::Alert(alert) => format!("held by remedy while alert {alert} fires"),
+            Hold::With(owner) => format!("held by remedy with its owner {owner}"),
+            Hold::Breaker => format!(
                 "held by remedy: the outage breaker of failure domain {} opened",
                 self.domain
             ),
@@ -49,6 +139,8 @@ impl Why<'_> {
             ),
             "settle" => "the alert to resolve and be verified cleared".to_string(),
             "retry" => "a retry of its last failed write".to_string(),
+            "with" => "its owner to be due for release; it goes before its owner".to_string(),
+            "followers" => "the resources held with it to be released first".to_string(),
             other => other.to_string(),
         };
         format!(
@@ -71,7 +163,7 @@ mod tests {
 
     fn why<'a>(hold: &'a str, waits: &'a str) -> Why<'a> {
         Why {
-            hold,
+            hold: Hold::from_mark(hold),
             domain: "zone-a",
             waits,
             not_before: None,
@@ -103,6 +195,83 @@ mod tests {
             ..why("breaker", "owner")
         };
         assert!(owner.text().contains("its owner team-a/md-0"));
+    }
+
+    /// #38.8: every held resource has a note, saying what holds it now:
+    /// a firing alert or its owner keeps it held whatever its mark says.
+    #[test]
+    fn the_note_names_what_holds_it_now_not_only_its_mark() {
+        let breaker = Held {
+            mark: "breaker",
+            domain: "zone-a",
+            ..Held::default()
+        };
+        assert_eq!(breaker.why(), None, "nothing lined up: a goal is queued");
+        let lined = Held {
+            waits: Some("breaker"),
+            ..breaker
+        };
+        assert_eq!(lined.why(), Some(why("breaker", "breaker")));
+        // Its alert fires: held for the alert now, the breaker note goes.
+        let firing = Held {
+            firing: Some("CloudAPIDegraded"),
+            ..lined
+        };
+        let text = firing.why().unwrap().text();
+        assert!(
+            text.starts_with("held by remedy while alert CloudAPIDegraded fires; waits for the alert to resolve and be verified cleared"),
+            "{text}"
+        );
+        // The same note once it resolved and waits to be verified.
+        let settling = Held {
+            mark: "alert:CloudAPIDegraded",
+            waits: Some("settle"),
+            ..breaker
+        };
+        assert_eq!(settling.why().map(|w| w.text()), Some(text));
+        // Held with its owner, which remedy holds.
+        let with = Held {
+            mark: "with:OpenStackMachine/m0",
+            with_owner: Some("OpenStackMachine/m0"),
+            firing: Some("CloudAPIDegraded"),
+            ..breaker
+        };
+        let text = with.why().unwrap().text();
+        assert!(
+            text.starts_with("held by remedy with its owner OpenStackMachine/m0; waits for its owner to be due for release"),
+            "{text}"
+        );
+        // Its owner no longer held: released like a breaker hold, its
+        // owner still named.
+        let released = Held {
+            mark: "with:OpenStackMachine/m0",
+            waits: Some("budget"),
+            ..breaker
+        };
+        assert!(
+            released
+                .why()
+                .unwrap()
+                .text()
+                .starts_with("held by remedy with its owner OpenStackMachine/m0; waits for its turn in the release budget")
+        );
+        // An owner whose followers are still held: nothing lines it up.
+        let owner = Held {
+            followers_held: true,
+            ..breaker
+        };
+        assert!(
+            owner
+                .why()
+                .unwrap()
+                .text()
+                .contains("waits for the resources held with it to be released first")
+        );
+        let open = Held {
+            breaker_open: true,
+            ..owner
+        };
+        assert_eq!(open.why(), Some(why("breaker", "breaker")));
     }
 
     #[test]

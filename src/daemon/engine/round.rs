@@ -180,6 +180,23 @@ impl Engine {
                 .as_ref()
                 .and_then(|p| p.of(key, &e.view))
                 .map(Arc::from);
+            // Without its profile nothing is decided for it; nor while a
+            // goal for it is queued or running, was planned from this
+            // version, or failed and waits its backoff.
+            let is_planned = profile.is_none() || busy || retries.waiting(key, now);
+            let alert: Option<Box<str>> = firing
+                .iter()
+                .find(|s| s.matches(key, &e.view))
+                .map(|s| s.alertname.as_str().into());
+            let owner_held: Option<Box<str>> = profile
+                .and_then(|p| p.hold.as_ref()?.with_owner.as_deref())
+                .and_then(|kind| {
+                    let name = e.view.label(HELD_WITH_LABEL)?;
+                    held_owners
+                        .contains(&ResourceKey::new(kind, &key.namespace, name))
+                        .then(|| format!("{kind}/{name}").into())
+                });
+            let decided = !is_planned && !e.view.deleting;
             if let PauseState::Ours { reason, .. } = &e.view.pause {
                 held_now.insert(
                     key.clone(),
@@ -194,6 +211,12 @@ impl Engine {
                         reason: reason.clone(),
                         why: e.view.why,
                         owner: owner.clone(),
+                        // What keeps it held whatever its mark says, as
+                        // decide sees it (nothing while it is planned or
+                        // going away: decide looks no further).
+                        firing: alert.clone().filter(|_| decided),
+                        with_owner: owner_held.clone().filter(|_| decided),
+                        followers_held: decided && followed_held.contains(key),
                     },
                 );
             }
@@ -205,10 +228,7 @@ impl Engine {
                     failing,
                     fresh,
                     deleting: e.view.deleting,
-                    // Without its profile nothing is decided for it; nor
-                    // while a goal for it is queued or running, was planned
-                    // from this version, or failed and waits its backoff.
-                    planned: profile.is_none() || busy || retries.waiting(key, now),
+                    planned: is_planned,
                     // Not while it only waits its retry: its goal failed,
                     // and a goal's unpause is its last step.
                     busy,
@@ -216,24 +236,14 @@ impl Engine {
                     holdable: profile.is_some_and(|p| p.hold.is_some()) && !e.view.replaced,
                     crash_count: crashes,
                     backoff_remaining,
-                    firing: firing
-                        .iter()
-                        .find(|s| s.matches(key, &e.view))
-                        .map(|s| s.alertname.as_str().into()),
+                    firing: alert,
                     // Only what a verified episode fixed as its targets: a
                     // failure after the verification is a new one.
                     verified: episodes.targets(key)
                         && verified.iter().any(|s| s.matches(key, &e.view)),
                     has_work: profile.is_some_and(|p| has_work(p, e)),
                     owner,
-                    owner_held: profile
-                        .and_then(|p| p.hold.as_ref()?.with_owner.as_deref())
-                        .and_then(|kind| {
-                            let name = e.view.label(HELD_WITH_LABEL)?;
-                            held_owners
-                                .contains(&ResourceKey::new(kind, &key.namespace, name))
-                                .then(|| format!("{kind}/{name}").into())
-                        }),
+                    owner_held,
                     followed_held: followed_held.contains(key),
                 },
             );
@@ -517,7 +527,8 @@ impl Engine {
             .1
             .is_none_or(|at| now.saturating_sub(at) >= super::NOTE_QUIET);
         if writing && quiet {
-            self.offer_notes(held_now, &waiting.by_key, &mut st.notes, now);
+            let breakers = st.core.breakers();
+            self.offer_notes(held_now, &waiting.by_key, breakers, &mut st.notes, now);
         }
     }
 
@@ -672,6 +683,7 @@ impl Engine {
         &self,
         held: &HashMap<ResourceKey, Held>,
         waiting: &BTreeMap<String, String>,
+        breakers: &crate::decide::breakers::Breakers,
         pace: &mut crate::decide::bucket::TokenBucket,
         now: Duration,
     ) {
@@ -679,21 +691,25 @@ impl Engine {
             if pace.tokens(now) < 1.0 {
                 break;
             }
-            // Nothing planned for it (a goal queued or running): no note.
-            let Some(waits) = waiting.get(&key.to_string()) else {
+            let Some(mark) = h.reason.as_deref() else {
                 continue;
             };
-            let Some(hold) = h.reason.as_deref() else {
-                continue;
-            };
-            let text = crate::model::why::Why {
-                hold,
+            // Nothing to say (a goal queued or running): no note.
+            let Some(why) = (crate::model::why::Held {
+                mark,
                 domain: &h.domain,
-                waits,
-                not_before: h.not_before.filter(|_| waits == "backoff"),
-                owner: h.owner.as_deref().filter(|_| waits == "owner"),
-            }
-            .text();
+                with_owner: h.with_owner.as_deref(),
+                firing: h.firing.as_deref(),
+                waits: waiting.get(&key.to_string()).map(String::as_str),
+                followers_held: h.followers_held,
+                breaker_open: breakers.is_open(&h.domain),
+                not_before: h.not_before,
+                owner: h.owner.as_deref(),
+            })
+            .why() else {
+                continue;
+            };
+            let text = why.text();
             if crate::model::why::digest(&text) != h.why
                 && self.pending.offer(key.clone(), Goal::Note(text))
             {
@@ -741,6 +757,14 @@ struct Held {
     /// Digest of the note on the object (`ResourceView::why`).
     why: u64,
     owner: Option<Arc<str>>,
+    /// The firing alert whose scope selects it: held for it, whatever
+    /// its mark says.
+    firing: Option<Box<str>>,
+    /// The owner (`Kind/name`) it is held with while remedy holds that
+    /// owner.
+    with_owner: Option<Box<str>>,
+    /// Resources held with it are still held: they go first.
+    followers_held: bool,
 }
 
 /// Whether remediation has anything to write for a resource that is not

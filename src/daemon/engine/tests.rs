@@ -18,8 +18,13 @@ pub(super) fn engine(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
 
 /// Before the watches have listed: as right after a start.
 fn engine_unsynced(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
+    engine_of(cfg, leader, &["openstack-machine"])
+}
+
+/// An unsynced engine watching these built-in profiles, by index.
+fn engine_of(cfg: &Config, leader: bool, builtins: &[&str]) -> (Arc<Engine>, Arc<Store>) {
     let metrics = Arc::new(Metrics::new(100));
-    let profiles: Arc<[Profile]> = Arc::from(vec![builtin("openstack-machine").unwrap()]);
+    let profiles: Arc<[Profile]> = builtins.iter().map(|p| builtin(p).unwrap()).collect();
     let store = Arc::new(Store::new(
         profiles.clone(),
         crate::testkit::classifier(),
@@ -878,4 +883,119 @@ async fn explain_and_the_engine_agree_on_a_count_older_than_the_quiet_window() {
         "{recent:?}"
     );
     assert_eq!(recent.waiting.as_deref(), Some("backoff"));
+}
+
+/// Notes are paced at one a second (`State::notes`); these tests look at
+/// several at once.
+fn unpaced_notes(e: &Engine) {
+    e.state.lock().unwrap().notes = crate::decide::bucket::TokenBucket::new(1000.0, 100);
+}
+
+fn noted(mut o: DynamicObject, text: &str, rv: &str) -> DynamicObject {
+    o.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(crate::model::profile::WHY_ANNOTATION.into(), text.into());
+    o.metadata.resource_version = Some(rv.into());
+    o
+}
+
+/// #38.8: a resource held while its scope's alert fires carries a note
+/// saying so, whether the alert held it or it was held for the breaker
+/// before the alert fired (its breaker note is replaced, not kept for the
+/// whole alert).
+#[tokio::test]
+async fn a_resource_held_while_its_alert_fires_gets_the_alerts_note() {
+    let mut c = cfg();
+    c.breaker.min_resources = 1000; // only the alert acts
+    let (e, store) = engine(&c, true);
+    unpaced_notes(&e);
+    let alert_note = "held by remedy while alert CloudAPIDegraded fires; waits for the alert to resolve and be verified cleared.";
+    // Held by the alert.
+    store.apply(0, &held_osm("a", true, "alert:CloudAPIDegraded"));
+    // Held for the breaker before the alert fired, with its breaker note.
+    let breaker_note = "held by remedy: the outage breaker of failure domain cluster opened; waits for the outage breaker of cluster to close. `remedy explain` gives its place in line and an estimate.";
+    store.apply(
+        0,
+        &noted(held_osm("b", true, BREAKER_REASON), breaker_note, "2"),
+    );
+    e.handle(&alert(AlertStatus::Firing));
+    e.tick().await;
+    e.tick().await;
+    assert!(pending(&e).is_empty(), "{:?}", pending(&e));
+    let mut queued = notes(&e);
+    queued.sort();
+    assert_eq!(queued.len(), 2, "{queued:?}");
+    for (name, text) in &queued {
+        assert!(text.starts_with(alert_note), "{name}: {text}");
+    }
+    // Written: the same note is not queued again while the alert fires.
+    e.pending.cancel(|_, _| true);
+    store.apply(
+        0,
+        &noted(
+            held_osm("a", true, "alert:CloudAPIDegraded"),
+            &queued[0].1,
+            "3",
+        ),
+    );
+    store.apply(
+        0,
+        &noted(held_osm("b", true, BREAKER_REASON), &queued[1].1, "3"),
+    );
+    for _ in 0..3 {
+        e.tick().await;
+    }
+    assert!(notes(&e).is_empty(), "{:?}", notes(&e));
+}
+
+/// A CAPO OpenStackServer `ns/name` owned by OpenStackMachine `owner`,
+/// healthy, held by remedy for `reason`.
+fn held_server(name: &str, owner: &str, reason: &str) -> DynamicObject {
+    let record = serde_json::to_string(&HoldMark {
+        since: Utc::now(),
+        reason: reason.into(),
+        crash_count: 0,
+        value: None,
+    })
+    .unwrap();
+    crate::testkit::object(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "OpenStackServer",
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1",
+            "ownerReferences": [{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+                "kind": "OpenStackMachine", "name": owner, "uid": "u1"}],
+            "annotations": {CAPI_PAUSED: crate::model::profile::PAUSE_MARKER,
+                crate::model::profile::HOLD_ANNOTATION: record}},
+        "status": {"instanceState": "ACTIVE"}
+    }))
+}
+
+/// #38.8: a resource held with its owner (`hold.with_owner`) carries a note
+/// naming that owner, and the owner, which waits for it, has one too.
+#[tokio::test]
+async fn a_resource_held_with_its_owner_gets_a_note_naming_the_owner() {
+    let mut c = cfg();
+    c.breaker.min_resources = 1000;
+    c.breaker.cooldown = Duration::from_secs(3600);
+    let (e, store) = engine_of(&c, true, &["openstack-machine", "openstack-server"]);
+    for s in crate::daemon::watch::stream_ids(&e.deps.profiles, &c.namespaces) {
+        store.mark_synced(&s);
+    }
+    unpaced_notes(&e);
+    store.apply(0, &held_osm("m0", false, BREAKER_REASON));
+    store.apply(1, &held_server("s0", "m0", "with:OpenStackMachine/m0"));
+    e.tick().await;
+    e.tick().await;
+    assert!(pending(&e).is_empty(), "{:?}", pending(&e));
+    let queued: BTreeMap<String, String> = notes(&e).into_iter().collect();
+    let server = queued.get("s0").expect("a note on the server");
+    assert!(
+        server.starts_with("held by remedy with its owner OpenStackMachine/m0; waits for its owner to be due for release"),
+        "{server}"
+    );
+    let machine = queued.get("m0").expect("a note on its owner");
+    assert!(
+        machine.starts_with("held by remedy: the outage breaker of failure domain cluster opened; waits for the outage breaker of cluster to close"),
+        "{machine}"
+    );
 }
