@@ -10,6 +10,10 @@
 //!   the alert is configured `allow_cluster_wide`;
 //! - a verified episode remediates the resources that were failing or held
 //!   for it when it was verified, each once; a later failure is a new one;
+//! - each firing needs its own proof: one taken from the episode record
+//!   does not inherit the proof of an earlier firing of its scope, and one
+//!   that started before the episode's last resolution (a delayed retry) is
+//!   refused;
 //! - a firing episode is never evicted to make room: a new one is refused.
 
 use crate::config::AlertRule;
@@ -64,6 +68,12 @@ pub struct Episode {
     /// its scope and failing or held for it.
     #[serde(skip)]
     pub carried: Option<BTreeSet<ResourceKey>>,
+    /// When the alert that last resolved this episode ended (its `endsAt`,
+    /// as a notice from the episode record carries it); unknown for older
+    /// records and other sources. A firing notice that started before it is
+    /// about that alert, not a new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<DateTime<Utc>>,
 }
 
 impl Episode {
@@ -81,6 +91,7 @@ impl Episode {
             over_cap: None,
             adopted: false,
             carried: None,
+            ended_at: None,
         }
     }
 
@@ -112,6 +123,10 @@ pub enum Refusal {
     /// A scope the alert's selector cannot produce (the episode record
     /// was edited by hand, or forged).
     InvalidScope,
+    /// A firing notice for an alert that started before the episode's last
+    /// resolution: a delayed retry of what has already resolved (or a
+    /// forged entry in the episode record).
+    Stale,
 }
 
 impl Refusal {
@@ -122,15 +137,17 @@ impl Refusal {
             Self::Unproven => "unproven",
             Self::OverCap => "over_cap",
             Self::InvalidScope => "invalid_scope",
+            Self::Stale => "stale",
         }
     }
 
-    pub const ALL: [Refusal; 5] = [
+    pub const ALL: [Refusal; 6] = [
         Self::ClusterWide,
         Self::Full,
         Self::Unproven,
         Self::OverCap,
         Self::InvalidScope,
+        Self::Stale,
     ];
 }
 
@@ -144,13 +161,32 @@ pub fn is_cluster_wide(scope: &Scope) -> bool {
         && scope.match_labels.is_empty()
 }
 
+/// An alert's `startsAt` and `endsAt` as Alertmanager sent them, both on
+/// Prometheus' clock; `None` where unknown (unset, or a record written
+/// before they were kept).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AlertTimes {
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+}
+
 /// Whether a firing notification proves the alert fired.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Evidence {
     /// From the webhook, whose caller presented the token.
     Firing,
-    /// From the episode record: Prometheus must confirm it.
-    Unproven,
+    /// From the episode record: Prometheus must confirm it. With the
+    /// alert's times, which tell a delayed retry from a new firing.
+    Unproven(AlertTimes),
+}
+
+impl Evidence {
+    fn times(&self) -> AlertTimes {
+        match self {
+            Self::Firing => AlertTimes::default(),
+            Self::Unproven(t) => *t,
+        }
+    }
 }
 
 /// The bounded set of episodes.
@@ -193,7 +229,10 @@ impl Book {
     /// that the alert fired: the webhook's (token checked) does; one taken
     /// from the episode record, which anyone allowed to write that
     /// ConfigMap could have put there, does not, and Prometheus' history
-    /// must confirm it before anything is remediated.
+    /// must confirm it before anything is remediated. A firing that follows
+    /// a resolution needs its own proof, and one whose alert started before
+    /// that resolution ended is refused ([`Refusal::Stale`]): it would wipe
+    /// the verification and leave the episode firing for good.
     pub fn notify_as(
         &mut self,
         rule: &AlertRule,
@@ -217,6 +256,18 @@ impl Book {
                 ep.from_prometheus = false;
                 return Ok(());
             }
+            // Both times are Prometheus': no clock skew between them.
+            Some(ep)
+                if firing
+                    && !ep.firing
+                    && evidence
+                        .times()
+                        .starts_at
+                        .zip(ep.ended_at)
+                        .is_some_and(|(started, ended)| started < ended) =>
+            {
+                return Err(Refusal::Stale);
+            }
             Some(_) => {}
             None => self.make_room()?,
         }
@@ -224,8 +275,16 @@ impl Book {
             .episodes
             .entry(scope.clone())
             .or_insert_with(|| Episode::new(scope, false, at));
+        let proof = firing && evidence == Evidence::Firing;
+        // Firing again after a resolution: the proof of the last firing
+        // says nothing about this one.
+        ep.fired = proof || (ep.fired && (ep.firing || !firing));
+        ep.ended_at = if firing {
+            None
+        } else {
+            evidence.times().ends_at
+        };
         ep.firing = firing;
-        ep.fired |= firing && evidence == Evidence::Firing;
         ep.changed_at = at;
         ep.verified_at = None;
         ep.targets = None;
@@ -640,13 +699,19 @@ mod tests {
         assert!(!b.targets(&key("a")) && !b.targets(&key("c")));
         // A notification taken from the record is no proof that it fired.
         let mut b = Book::default();
-        b.notify_as(&r, &scope(Some("J")), true, t, Evidence::Unproven)
-            .unwrap();
+        b.notify_as(
+            &r,
+            &scope(Some("J")),
+            true,
+            t,
+            Evidence::Unproven(AlertTimes::default()),
+        )
+        .unwrap();
         assert!(b.map()[&scope(Some("J"))].firing && !b.map()[&scope(Some("J"))].fired);
         let mut bad = scope(Some("J"));
         bad.kind = None;
         assert_eq!(
-            b.notify_as(&r, &bad, true, t, Evidence::Unproven),
+            b.notify_as(&r, &bad, true, t, Evidence::Unproven(AlertTimes::default())),
             Err(Refusal::InvalidScope)
         );
     }
@@ -657,8 +722,14 @@ mod tests {
         let t = Utc::now();
         let mut b = Book::default();
         for k in ["K", "J"] {
-            b.notify_as(&r, &scope(Some(k)), true, t, Evidence::Unproven)
-                .unwrap();
+            b.notify_as(
+                &r,
+                &scope(Some(k)),
+                true,
+                t,
+                Evidence::Unproven(AlertTimes::default()),
+            )
+            .unwrap();
         }
         assert_eq!(b.unproven_firing(), BTreeSet::from(["A".to_string()]));
         let set = |alert: &str, kind: &str| -> BTreeMap<String, String> {
@@ -675,9 +746,89 @@ mod tests {
         assert!(b.map()[&scope(Some("K"))].fired);
         assert!(!b.map()[&scope(Some("J"))].fired);
         // A proven one is not counted again; a resolved one is not touched.
-        b.notify_as(&r, &scope(Some("J")), false, t, Evidence::Unproven)
-            .unwrap();
+        b.notify_as(
+            &r,
+            &scope(Some("J")),
+            false,
+            t,
+            Evidence::Unproven(AlertTimes::default()),
+        )
+        .unwrap();
         assert_eq!(b.prove_firing(&[set("A", "K"), set("A", "J")]), 0);
         assert!(b.unproven_firing().is_empty());
+    }
+
+    fn from_record(starts_at: DateTime<Utc>, ends_at: Option<DateTime<Utc>>) -> Evidence {
+        Evidence::Unproven(AlertTimes {
+            starts_at: Some(starts_at),
+            ends_at,
+        })
+    }
+
+    #[test]
+    fn a_stale_firing_notice_from_the_record_leaves_a_verified_episode_alone() {
+        let r = rule(false);
+        let s = scope(Some("K"));
+        let started = Utc::now() - chrono::Duration::minutes(30);
+        let ended = started + chrono::Duration::minutes(10);
+        let mut b = Book::default();
+        // Fired (proven by Prometheus), resolved, verified, targets fixed.
+        b.notify_as(&r, &s, true, started, from_record(started, None))
+            .unwrap();
+        b.get_mut(&s).unwrap().fired = true;
+        b.notify_as(&r, &s, false, ended, from_record(started, Some(ended)))
+            .unwrap();
+        b.get_mut(&s).unwrap().verified_at = Some(ended);
+        b.fix_targets(|_| 3, |_, _| [key("a")].into());
+        assert!(b.targets(&key("a")));
+        // The firing notice again, delivered late to another replica: its
+        // alert started before the resolution.
+        let late = ended + chrono::Duration::minutes(1);
+        assert_eq!(
+            b.notify_as(&r, &s, true, late, from_record(started, None)),
+            Err(Refusal::Stale)
+        );
+        let e = &b.map()[&s];
+        assert!(!e.firing, "nothing is held for it");
+        assert!(e.verified_at.is_some() && e.remediates());
+        assert!(b.targets(&key("a")), "the remediation goes on");
+        assert!(b.unproven_firing().is_empty());
+        // An alert that started after the resolution is a new firing: it
+        // stops the remediation, and holds nothing until it is proven.
+        let again = ended + chrono::Duration::seconds(30);
+        b.notify_as(&r, &s, true, late, from_record(again, None))
+            .unwrap();
+        let e = &b.map()[&s];
+        assert!(e.firing && !e.fired, "the old firing's proof is not reused");
+        assert!(!b.targets(&key("a")));
+        assert_eq!(b.unproven_firing(), BTreeSet::from(["A".to_string()]));
+    }
+
+    #[test]
+    fn each_firing_from_the_record_needs_its_own_proof() {
+        let r = rule(false);
+        let s = scope(Some("K"));
+        let t = Utc::now();
+        let unknown = Evidence::Unproven(AlertTimes::default());
+        // Seen firing by the webhook, resolved, verified.
+        let mut b = Book::default();
+        b.notify(&r, &s, true, t).unwrap();
+        b.notify(&r, &s, false, t).unwrap();
+        b.get_mut(&s).unwrap().verified_at = Some(t);
+        // A firing notice from the record, without times (an older record,
+        // or forged): taken, but unproven, so it holds nothing.
+        b.notify_as(&r, &s, true, t, unknown).unwrap();
+        let e = &b.map()[&s];
+        assert!(e.firing && !e.fired && e.verified_at.is_none());
+        // Proven while firing, it stays proven through a repeat and the
+        // resolution that follows.
+        b.get_mut(&s).unwrap().fired = true;
+        b.notify_as(&r, &s, true, t, unknown).unwrap();
+        assert!(b.map()[&s].fired);
+        b.notify_as(&r, &s, false, t, unknown).unwrap();
+        assert!(b.map()[&s].fired && !b.map()[&s].firing);
+        // The webhook's own firing notice is its proof.
+        b.notify(&r, &s, true, t).unwrap();
+        assert!(b.map()[&s].fired);
     }
 }

@@ -130,6 +130,7 @@ pub const REFUSALS: &[&str] = &[
     "unproven",
     "over_cap",
     "invalid_scope",
+    "stale",
 ];
 /// `record::Shed::label`: what was dropped to keep the record writable.
 pub const RECORD_SHED: &[&str] = &["finished", "unproven", "corrupt"];

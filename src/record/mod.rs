@@ -20,7 +20,7 @@
 pub mod configmap;
 pub mod sync;
 
-use crate::decide::episodes::{Book, Episode};
+use crate::decide::episodes::{AlertTimes, Book, Episode};
 use crate::model::scope::Scope;
 use crate::model::view::ResourceKey;
 use chrono::{DateTime, Utc};
@@ -90,7 +90,43 @@ pub struct Notice {
     pub seq: u64,
     pub scope: Scope,
     pub firing: bool,
+    /// When the webhook received it.
     pub at: DateTime<Utc>,
+    /// The alert's `startsAt` and `endsAt` as Alertmanager sent them
+    /// ([`AlertTimes`]); absent from records written before they were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starts_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends_at: Option<DateTime<Utc>>,
+}
+
+impl Notice {
+    /// A notification received `at`, about an alert that started
+    /// `starts_at` (and ended `ends_at`, if it has); [`Record::append`]
+    /// numbers it.
+    pub fn new(
+        scope: Scope,
+        firing: bool,
+        at: DateTime<Utc>,
+        starts_at: Option<DateTime<Utc>>,
+        ends_at: Option<DateTime<Utc>>,
+    ) -> Self {
+        Self {
+            seq: 0,
+            scope,
+            firing,
+            at,
+            starts_at,
+            ends_at,
+        }
+    }
+
+    pub fn times(&self) -> AlertTimes {
+        AlertTimes {
+            starts_at: self.starts_at,
+            ends_at: self.ends_at,
+        }
+    }
 }
 
 /// An episode with the remediation targets it has left.
@@ -172,30 +208,22 @@ impl Record {
         Ok(text)
     }
 
-    /// Appends notifications, all or none. One that repeats the status of
-    /// the newest waiting entry for its scope (the same notification sent
-    /// to two replicas, or redelivered) is already there and is skipped.
-    /// Returns how many were appended.
-    pub fn append(
-        &mut self,
-        notices: &[(Scope, bool, DateTime<Utc>)],
-    ) -> Result<usize, RecordError> {
+    /// Appends notifications (their `seq` is set here), all or none. One
+    /// that repeats the status of the newest waiting entry for its scope
+    /// (the same notification sent to two replicas, or redelivered) is
+    /// already there and is skipped. Returns how many were appended.
+    pub fn append(&mut self, notices: &[Notice]) -> Result<usize, RecordError> {
         let mut added: Vec<Notice> = Vec::new();
-        for (scope, firing, at) in notices {
+        for notice in notices {
             let newest = added
                 .iter()
                 .rev()
                 .chain(self.inbox.iter().rev())
-                .find(|n| &n.scope == scope);
-            if newest.is_some_and(|n| n.firing == *firing) {
+                .find(|n| n.scope == notice.scope);
+            if newest.is_some_and(|n| n.firing == notice.firing) {
                 continue;
             }
-            added.push(Notice {
-                seq: 0,
-                scope: scope.clone(),
-                firing: *firing,
-                at: *at,
-            });
+            added.push(notice.clone());
         }
         if self.inbox.len() + added.len() > MAX_INBOX || !self.has_room_for(&added) {
             return Err(RecordError::Full);
@@ -400,6 +428,13 @@ mod tests {
         Scope::from_alert(&rule(), &labels)
     }
 
+    /// A notice with both of the alert's times, as the webhook writes it.
+    fn n(scope: Scope, firing: bool, at: DateTime<Utc>) -> Notice {
+        let starts_at = at - chrono::Duration::minutes(5);
+        let ends_at = at + chrono::Duration::minutes(4);
+        Notice::new(scope, firing, at, Some(starts_at), Some(ends_at))
+    }
+
     #[test]
     fn the_same_notification_from_two_replicas_is_appended_once() {
         let mut r = Record {
@@ -407,14 +442,14 @@ mod tests {
             ..Record::default()
         };
         let t = Utc::now();
-        assert_eq!(r.append(&[(scope("a"), true, t)]).unwrap(), 1);
-        assert_eq!(r.append(&[(scope("a"), true, t)]).unwrap(), 0);
+        assert_eq!(r.append(&[n(scope("a"), true, t)]).unwrap(), 1);
+        assert_eq!(r.append(&[n(scope("a"), true, t)]).unwrap(), 0);
         assert_eq!(
-            r.append(&[(scope("a"), false, t), (scope("a"), false, t)])
+            r.append(&[n(scope("a"), false, t), n(scope("a"), false, t)])
                 .unwrap(),
             1
         );
-        assert_eq!(r.append(&[(scope("b"), false, t)]).unwrap(), 1);
+        assert_eq!(r.append(&[n(scope("b"), false, t)]).unwrap(), 1);
         let seqs: Vec<u64> = r.inbox.iter().map(|n| n.seq).collect();
         assert_eq!(seqs, vec![1, 2, 3]);
         assert_eq!(r.last_seq, 3);
@@ -428,11 +463,11 @@ mod tests {
         };
         let t = Utc::now();
         for i in 0..MAX_INBOX {
-            r.append(&[(scope(&format!("ns-{i}")), true, t)]).unwrap();
+            r.append(&[n(scope(&format!("ns-{i}")), true, t)]).unwrap();
         }
         let before = r.clone();
         assert!(matches!(
-            r.append(&[(scope("late"), true, t)]),
+            r.append(&[n(scope("late"), true, t)]),
             Err(RecordError::Full)
         ));
         assert_eq!(r, before, "nothing appended");
@@ -449,18 +484,18 @@ mod tests {
         }
         let mut r = Record::empty().with_episodes(&book, 0, "leader-0");
         // Known scopes still go in (the leader has their slot)...
-        assert_eq!(r.append(&[(scope("ns-7"), false, t)]).unwrap(), 1);
+        assert_eq!(r.append(&[n(scope("ns-7"), false, t)]).unwrap(), 1);
         // ...a new one does not: the leader would drop it.
         assert!(matches!(
-            r.append(&[(scope("junk"), true, t)]),
+            r.append(&[n(scope("junk"), true, t)]),
             Err(RecordError::Full)
         ));
         // Once an episode is finished there is room again.
         book.notify(&rule, &scope("ns-0"), false, t).unwrap();
         let mut r = Record::empty().with_episodes(&book, 0, "leader-0");
-        assert_eq!(r.append(&[(scope("junk"), true, t)]).unwrap(), 1);
+        assert_eq!(r.append(&[n(scope("junk"), true, t)]).unwrap(), 1);
         assert!(matches!(
-            r.append(&[(scope("junk-2"), true, t)]),
+            r.append(&[n(scope("junk-2"), true, t)]),
             Err(RecordError::Full)
         ));
     }
@@ -473,7 +508,7 @@ mod tests {
             version: VERSION,
             ..Record::default()
         };
-        r.append(&[(scope("a"), true, t), (scope("b"), true, t)])
+        r.append(&[n(scope("a"), true, t), n(scope("b"), true, t)])
             .unwrap();
         let mut book = Book::default();
         let mut consumed = 0;
@@ -487,7 +522,7 @@ mod tests {
         let written = r.with_episodes(&book, consumed, "leader-0");
         assert!(written.inbox.is_empty());
         assert_eq!(written.consumed, 2);
-        r.append(&[(scope("a"), false, t)]).unwrap();
+        r.append(&[n(scope("a"), false, t)]).unwrap();
         let pending: Vec<u64> = r.after(consumed).map(|n| n.seq).collect();
         assert_eq!(pending, vec![3]);
         let later = r.with_episodes(&book, consumed, "leader-0");
@@ -518,6 +553,23 @@ mod tests {
     }
 
     #[test]
+    fn notices_keep_their_alerts_times_and_records_written_without_them_still_read() {
+        let t = Utc::now();
+        let mut r = Record::empty();
+        r.append(&[n(scope("a"), false, t)]).unwrap();
+        let back = Record::decode(&r.encode().unwrap()).unwrap();
+        assert_eq!(back.inbox[0].times(), n(scope("a"), false, t).times());
+        assert!(back.inbox[0].times().ends_at.is_some());
+        // As remedy wrote it before the times were kept.
+        let mut v: serde_json::Value = serde_json::from_str(&r.encode().unwrap()).unwrap();
+        let notice = v["inbox"][0].as_object_mut().unwrap();
+        assert!(notice.remove("starts_at").is_some() && notice.remove("ends_at").is_some());
+        let old = Record::decode(&v.to_string()).expect("an older record reads");
+        assert_eq!(old.inbox[0].times(), AlertTimes::default());
+        assert_eq!(old.inbox[0].scope, scope("a"));
+    }
+
+    #[test]
     fn bad_documents_are_refused() {
         for text in [
             "",
@@ -540,7 +592,7 @@ mod tests {
             version: VERSION,
             ..Record::default()
         };
-        r.append(&[(scope("a"), true, Utc::now())]).unwrap();
+        r.append(&[n(scope("a"), true, Utc::now())]).unwrap();
         r.last_seq = 0;
         let text = serde_json::to_string(&r).unwrap();
         assert!(matches!(
@@ -589,7 +641,7 @@ mod tests {
                 &long(i),
                 true,
                 t,
-                crate::decide::episodes::Evidence::Unproven,
+                crate::decide::episodes::Evidence::Unproven(AlertTimes::default()),
             )
             .unwrap();
         }
@@ -613,7 +665,7 @@ mod tests {
         // What is left leaves room for a hundred notifications of the
         // largest scopes.
         let mut after = base.with_episodes(&book, 0, "l");
-        let notices: Vec<_> = (2000..2100).map(|i| (long(i), true, t)).collect();
+        let notices: Vec<_> = (2000..2100).map(|i| n(long(i), true, t)).collect();
         assert_eq!(after.append(&notices).map_err(|e| e.to_string()), Ok(100));
         after
             .encode()
@@ -658,7 +710,7 @@ mod tests {
             ..Record::default()
         };
         for j in 0..MAX_INBOX {
-            r.append(&[(scope(&format!("capi-workload-cluster-{j:04}")), true, t)])
+            r.append(&[n(scope(&format!("capi-workload-cluster-{j:04}")), true, t)])
                 .unwrap();
         }
         let full = r.with_episodes(&book, 0, "remedy-7c9f8d6b5-x2x9z");

@@ -154,8 +154,9 @@ impl Tracker {
 mod tests {
     use super::*;
     use crate::config::{AlertRule, Selector};
+    use crate::decide::episodes::{Evidence, Refusal};
     use crate::model::scope::Scope;
-    use chrono::Utc;
+    use chrono::{DateTime, Utc};
     use std::collections::BTreeMap;
 
     fn rule() -> AlertRule {
@@ -176,6 +177,10 @@ mod tests {
         Scope::from_alert(&rule(), &labels)
     }
 
+    fn n(scope: Scope, firing: bool, at: DateTime<Utc>) -> Notice {
+        Notice::new(scope, firing, at, None, None)
+    }
+
     /// Applies an update as the engine does.
     fn apply(t: &mut Tracker, book: &mut Book, up: Update) {
         if let Some(b) = up.replace {
@@ -194,7 +199,7 @@ mod tests {
         let mut old = Tracker::default();
         let mut old_book = Book::default();
         let mut rec = Record::empty();
-        rec.append(&[(scope("K"), true, t0)]).unwrap();
+        rec.append(&[n(scope("K"), true, t0)]).unwrap();
         let up = old.read(true, Ok(Some(Found::new(rec.clone(), "1", "uid-1"))));
         apply(&mut old, &mut old_book, up);
         let (written, rv) = old.to_write(&old_book, "old").unwrap().unwrap();
@@ -202,7 +207,7 @@ mod tests {
         assert!(written.inbox.is_empty() && written.consumed == 1);
         // A follower appends the resolved notification; the old leader dies.
         let mut rec = written;
-        rec.append(&[(scope("K"), false, t0)]).unwrap();
+        rec.append(&[n(scope("K"), false, t0)]).unwrap();
         // The follower showed the record; on becoming leader it loads it
         // and folds the resolved notification.
         let mut new = Tracker::default();
@@ -234,7 +239,7 @@ mod tests {
         let mut book = Book::default();
         let mut rec = Record::empty();
         for k in ["A", "B", "C"] {
-            rec.append(&[(scope(k), true, t0)]).unwrap();
+            rec.append(&[n(scope(k), true, t0)]).unwrap();
         }
         let up = t.read(true, Ok(Some(Found::new(rec.clone(), "1", "uid-1"))));
         apply(&mut t, &mut book, up);
@@ -243,7 +248,7 @@ mod tests {
         // numbered 1 again; then two more.
         t.read(true, Ok(None));
         let mut fresh = Record::empty();
-        fresh.append(&[(scope("D"), true, t0)]).unwrap();
+        fresh.append(&[n(scope("D"), true, t0)]).unwrap();
         let up = t.read(true, Ok(Some(Found::new(fresh.clone(), "7", "uid-2"))));
         assert_eq!(up.fold.len(), 1, "seq 1 of the new record is not skipped");
         apply(&mut t, &mut book, up);
@@ -251,7 +256,7 @@ mod tests {
         // as the leader had taken: told apart by the uid.
         let mut again = Record::empty();
         for k in ["E", "F", "G", "H"] {
-            again.append(&[(scope(k), true, t0)]).unwrap();
+            again.append(&[n(scope(k), true, t0)]).unwrap();
         }
         let up = t.read(true, Ok(Some(Found::new(again, "9", "uid-3"))));
         assert_eq!(up.fold.len(), 4);
@@ -265,13 +270,13 @@ mod tests {
         let mut t = Tracker::default();
         let mut book = Book::default();
         let mut rec = Record::empty();
-        rec.append(&[(scope("K"), true, t0)]).unwrap();
+        rec.append(&[n(scope("K"), true, t0)]).unwrap();
         let up = t.read(true, Ok(Some(Found::new(rec.clone(), "1", "uid-1"))));
         apply(&mut t, &mut book, up);
         let _ = t.to_write(&book, "l").unwrap().unwrap();
         t.written(&Ok(None));
         // The conflict came from a replica appending another notification.
-        rec.append(&[(scope("J"), true, t0)]).unwrap();
+        rec.append(&[n(scope("J"), true, t0)]).unwrap();
         let up = t.read(true, Ok(Some(Found::new(rec.clone(), "2", "uid-1"))));
         let seqs: Vec<u64> = up.fold.iter().map(|n| n.seq).collect();
         assert_eq!(seqs, vec![2], "the first is folded already");
@@ -300,5 +305,91 @@ mod tests {
         t.read(true, Ok(None));
         let (_, rv) = t.to_write(&book, "l").unwrap().unwrap();
         assert_eq!(rv, None, "created");
+    }
+
+    /// Folds as the engine does: a notice from the record carries its
+    /// alert's times and is no proof that the alert fired.
+    fn fold(t: &mut Tracker, book: &mut Book, up: Update) -> Vec<Result<(), Refusal>> {
+        if let Some(mut b) = up.replace {
+            if up.covered {
+                b.distrust(&[rule()]);
+            }
+            *book = b;
+        }
+        let mut out = Vec::new();
+        for n in up.fold {
+            let times = Evidence::Unproven(n.times());
+            out.push(book.notify_as(&rule(), &n.scope, n.firing, n.at, times));
+            t.folded(n.seq);
+        }
+        out
+    }
+
+    #[test]
+    fn a_late_firing_notice_after_the_resolution_is_refused_by_this_leader_and_the_next() {
+        let k = scope("K");
+        let started = Utc::now() - chrono::Duration::minutes(30);
+        let ended = started + chrono::Duration::minutes(10);
+        // Alertmanager's firing notice carries an end 4 minutes ahead.
+        let expected_end = Some(started + chrono::Duration::minutes(4));
+        let mut leader = Tracker::default();
+        let mut book = Book::default();
+        let mut rec = Record::empty();
+        rec.append(&[Notice::new(
+            k.clone(),
+            true,
+            started,
+            Some(started),
+            expected_end,
+        )])
+        .unwrap();
+        let up = leader.read(true, Ok(Some(Found::new(rec.clone(), "1", "uid-1"))));
+        assert_eq!(fold(&mut leader, &mut book, up), vec![Ok(())]);
+        book.get_mut(&k).unwrap().fired = true; // Prometheus proved it
+        rec.append(&[Notice::new(
+            k.clone(),
+            false,
+            ended,
+            Some(started),
+            Some(ended),
+        )])
+        .unwrap();
+        let up = leader.read(true, Ok(Some(Found::new(rec.clone(), "2", "uid-1"))));
+        assert_eq!(fold(&mut leader, &mut book, up), vec![Ok(())]);
+        book.get_mut(&k).unwrap().verified_at = Some(ended);
+        let a = crate::model::view::ResourceKey::new("OpenStackMachine", "ns", "a");
+        book.fix_targets(|_| 10, |_, _| [a.clone()].into());
+        let (written, _) = leader.to_write(&book, "old").unwrap().unwrap();
+        // Another replica takes the firing notice again, late (an
+        // Alertmanager retry), and appends it after the resolved one.
+        let mut rec = written;
+        let late = ended + chrono::Duration::minutes(1);
+        rec.append(&[Notice::new(
+            k.clone(),
+            true,
+            late,
+            Some(started),
+            expected_end,
+        )])
+        .unwrap();
+        // This leader refuses it: nothing held, the remediation goes on.
+        let up = leader.read(true, Ok(Some(Found::new(rec.clone(), "3", "uid-1"))));
+        assert_eq!(fold(&mut leader, &mut book, up), vec![Err(Refusal::Stale)]);
+        let ep = &book.map()[&k];
+        assert!(!ep.firing && ep.remediates());
+        assert!(book.targets(&a));
+        // A new leader, which loads the episode from the record, refuses it
+        // too: the resolution's end went with the episode.
+        let mut next = Tracker::default();
+        let mut book = Book::default();
+        let up = next.read(true, Ok(Some(Found::new(rec, "3", "uid-1"))));
+        assert!(up.covered);
+        assert_eq!(fold(&mut next, &mut book, up), vec![Err(Refusal::Stale)]);
+        let ep = &book.map()[&k];
+        assert!(!ep.firing && ep.ended_at == Some(ended));
+        assert!(
+            ep.busy(),
+            "its target waits for the episode to be verified again"
+        );
     }
 }

@@ -6,9 +6,8 @@
 
 use crate::model::scope::{AlertRules, Scope};
 use crate::record::configmap::RecordApi;
-use crate::record::{Record, RecordError};
+use crate::record::{Notice, Record, RecordError};
 use crate::signals::{AlertEvent, AlertStatus};
-use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -20,10 +19,8 @@ const QUEUE: usize = 1024;
 /// The longest a delivery waits for its write before answering 503.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-type Entry = (Scope, bool, DateTime<Utc>);
-
 struct Submission {
-    entries: Vec<Entry>,
+    entries: Vec<Notice>,
     done: oneshot::Sender<Result<(), RecordError>>,
 }
 
@@ -48,7 +45,7 @@ impl Inbox {
 
     /// Makes `events` durable; `Ok` once they are in the record.
     pub async fn submit(&self, events: &[AlertEvent]) -> Result<(), RecordError> {
-        let entries: Vec<Entry> = events
+        let entries: Vec<Notice> = events
             .iter()
             .filter_map(|ev| {
                 let rule = self.alerts.get(&ev.alertname)?;
@@ -59,7 +56,15 @@ impl Inbox {
                     tracing::warn!(alert = %ev.alertname, "alert label value longer than any object name: not recorded");
                     return None;
                 }
-                Some((scope, ev.status == AlertStatus::Firing, ev.received_at))
+                // Its times tell the leader a delayed retry of an alert
+                // that has resolved from a new firing.
+                Some(Notice::new(
+                    scope,
+                    ev.status == AlertStatus::Firing,
+                    ev.received_at,
+                    Some(ev.starts_at),
+                    ev.ends_at,
+                ))
             })
             .collect();
         if entries.is_empty() {

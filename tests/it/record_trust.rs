@@ -31,7 +31,7 @@ use remedy::model::profile::{
     CAPI_PAUSED, CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, HoldMark, PAUSE_MARKER,
 };
 use remedy::model::scope::Scope;
-use remedy::record::{DATA_KEY, MAX_BYTES, Record, Stored, VERSION};
+use remedy::record::{DATA_KEY, MAX_BYTES, Notice, Record, Stored, VERSION};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -220,6 +220,11 @@ fn kind_scope(kind: &str) -> Scope {
     }
 }
 
+/// A notice written into the inbox by hand, without the alert's times.
+fn notice(scope: Scope, firing: bool, at: chrono::DateTime<Utc>) -> Notice {
+    Notice::new(scope, firing, at, None, None)
+}
+
 fn refused(reason: &str) -> String {
     format!(r#"remedy_episodes_refused_total{{alert="{ALERT}",reason="{reason}"}}"#)
 }
@@ -359,9 +364,12 @@ async fn forged_inbox_notices_hold_and_clear_nothing() {
     let at = Utc::now();
     let mut record = Record::empty();
     record
-        .append(&[(forged.clone(), true, at), (valid.clone(), true, at)])
+        .append(&[
+            notice(forged.clone(), true, at),
+            notice(valid.clone(), true, at),
+        ])
         .expect("append");
-    record.append(&[(forged, false, at)]).expect("append");
+    record.append(&[notice(forged, false, at)]).expect("append");
     rig.write_record(record.encode().expect("encode")).await;
     let remedy = rig.serve(&[&rig.ns], KIND_ONLY, FAST).await;
     remedy
@@ -397,7 +405,9 @@ async fn forged_inbox_notices_hold_and_clear_nothing() {
             let mut cm = rig.records().get(RECORD).await.ok()?;
             let text = cm.data.as_ref()?.get(DATA_KEY)?;
             let mut record = Record::decode(text).ok()?;
-            record.append(&[(valid.clone(), false, Utc::now())]).ok()?;
+            record
+                .append(&[notice(valid.clone(), false, Utc::now())])
+                .ok()?;
             cm.data = Some(BTreeMap::from([(
                 DATA_KEY.to_string(),
                 record.encode().ok()?,

@@ -61,7 +61,13 @@ impl Engine {
         for n in fold {
             // An alert no longer configured: its notification is dropped.
             if let Some(rule) = self.settings.alerts.get(&n.scope.alertname) {
-                self.notify(rule, &n.scope, n.firing, n.at, Evidence::Unproven);
+                self.notify(
+                    rule,
+                    &n.scope,
+                    n.firing,
+                    n.at,
+                    Evidence::Unproven(n.times()),
+                );
             }
             {
                 let mut st = self.state.locked();

@@ -999,3 +999,53 @@ async fn a_resource_held_with_its_owner_gets_a_note_naming_the_owner() {
         "{machine}"
     );
 }
+
+/// #38.5: the firing notice of an alert that has resolved, taken from the
+/// episode record late (an Alertmanager retry that reached another
+/// replica), changes nothing: it holds nothing and cancels no remediation.
+#[tokio::test]
+async fn a_late_firing_notice_from_the_record_holds_nothing_and_the_remediation_goes_on() {
+    use crate::decide::episodes::{AlertTimes, Evidence};
+    let mut c = cfg();
+    c.breaker.min_resources = 1000; // only the alert acts
+    let (e, store) = engine(&c, true);
+    store.apply(0, &osm("a", true, json!({})));
+    let rule = c.alerts[0].clone();
+    let scope = Scope::from_alert(&rule, &labels("OpenStackMachine"));
+    let started = Utc::now() - chrono::Duration::minutes(30);
+    let ended = started + chrono::Duration::minutes(10);
+    let from_record = |ends_at| {
+        Evidence::Unproven(AlertTimes {
+            starts_at: Some(started),
+            ends_at,
+        })
+    };
+    e.notify(&rule, &scope, true, started, from_record(None));
+    // Prometheus proves it fired; it resolves and is verified cleared.
+    e.state
+        .lock()
+        .unwrap()
+        .episodes
+        .get_mut(&scope)
+        .unwrap()
+        .fired = true;
+    e.notify(&rule, &scope, false, ended, from_record(Some(ended)));
+    verify_all(&e);
+    e.tick().await;
+    assert_eq!(pending(&e), vec![("a".into(), "remediate")]);
+    e.notify(&rule, &scope, true, Utc::now(), from_record(None));
+    e.tick().await;
+    assert_eq!(pending(&e), vec![("a".into(), "remediate")]);
+    let eps = e.report_episodes();
+    assert!(!eps[0].firing && eps[0].verified_at.is_some(), "{eps:?}");
+    let stale = e
+        .metrics
+        .signals
+        .episodes_refused
+        .get_or_create(&EpisodeLabels {
+            alert: "CloudAPIDegraded".into(),
+            reason: "stale",
+        })
+        .get();
+    assert_eq!(stale, 1);
+}
