@@ -27,8 +27,13 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashSet};
 
-/// Format version of the document.
-pub const VERSION: u32 = 1;
+/// Format version of the document. Version 2 added the alert's times to
+/// the inbox's notices: a remedy that reads only version 1 (whose notices
+/// refuse unknown fields) leaves such a record alone instead of taking it
+/// for corrupt and rewriting it empty during a rollout.
+pub const VERSION: u32 = 2;
+/// The oldest version this remedy reads: what version 1 lacks is optional.
+const OLDEST: u32 = 1;
 /// Notifications waiting for the leader at most; a write beyond it is
 /// refused (503), so Alertmanager retries once the leader has caught up.
 pub const MAX_INBOX: usize = 256;
@@ -174,7 +179,7 @@ impl Record {
             version: u32,
         }
         if let Ok(v) = serde_json::from_str::<Versioned>(text)
-            && v.version != VERSION
+            && !(OLDEST..=VERSION).contains(&v.version)
         {
             return Err(RecordError::Invalid(format!(
                 "version {} (this remedy reads {VERSION})",
@@ -183,7 +188,7 @@ impl Record {
         }
         let r: Self =
             serde_json::from_str(text).map_err(|e| RecordError::Corrupt(e.to_string()))?;
-        if r.version != VERSION {
+        if !(OLDEST..=VERSION).contains(&r.version) {
             return Err(RecordError::Invalid(format!(
                 "version {} (this remedy reads {VERSION})",
                 r.version
@@ -229,6 +234,8 @@ impl Record {
             return Err(RecordError::Full);
         }
         let n = added.len();
+        // Written in this version's form from now on.
+        self.version = VERSION;
         for mut notice in added {
             self.last_seq += 1;
             notice.seq = self.last_seq;
@@ -560,13 +567,23 @@ mod tests {
         let back = Record::decode(&r.encode().unwrap()).unwrap();
         assert_eq!(back.inbox[0].times(), n(scope("a"), false, t).times());
         assert!(back.inbox[0].times().ends_at.is_some());
-        // As remedy wrote it before the times were kept.
+        // As remedy wrote it before the times were kept (version 1).
         let mut v: serde_json::Value = serde_json::from_str(&r.encode().unwrap()).unwrap();
         let notice = v["inbox"][0].as_object_mut().unwrap();
         assert!(notice.remove("starts_at").is_some() && notice.remove("ends_at").is_some());
-        let old = Record::decode(&v.to_string()).expect("an older record reads");
+        v["version"] = 1.into();
+        let mut old = Record::decode(&v.to_string()).expect("an older record reads");
         assert_eq!(old.inbox[0].times(), AlertTimes::default());
         assert_eq!(old.inbox[0].scope, scope("a"));
+        // Written again with times: in this version, which a remedy that
+        // reads only version 1 leaves alone rather than rewriting it.
+        assert_eq!(old.version, 1);
+        old.append(&[n(scope("a"), true, t)]).unwrap();
+        assert!(old.version > 1 && old.version == VERSION);
+        assert_eq!(
+            Record::empty().with_episodes(&old.book(), 0, "l").version,
+            VERSION
+        );
     }
 
     #[test]
@@ -583,7 +600,7 @@ mod tests {
             );
         }
         // Another version is left alone, never rewritten.
-        let newer = r#"{"version":2,"consumed":0,"last_seq":0,"episodes":[],"inbox":[],"new":1}"#;
+        let newer = r#"{"version":3,"consumed":0,"last_seq":0,"episodes":[],"inbox":[],"new":1}"#;
         assert!(matches!(
             Record::decode(newer),
             Err(RecordError::Invalid(_))
