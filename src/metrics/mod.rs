@@ -433,6 +433,7 @@ mod tests {
             r#"remedy_watch_events_total{kind="Machine",type="expired"}"#,
             r#"remedy_releases_total{kind="Machine"}"#,
             r#"remedy_episodes_refused_total{alert="CloudAPIDegraded",reason="over_cap"}"#,
+            r#"remedy_episodes_refused_total{alert="other",reason="invalid_scope"}"#,
             r#"remedy_episode_record_writes_total{writer="webhook",result="conflict"}"#,
             r#"remedy_webhook_token_reloads_total{result="error"}"#,
             r#"remedy_http_connection_timeouts_total{timeout="handshake"}"#,

@@ -68,7 +68,8 @@ impl SignalMetrics {
     }
 
     /// The webhook's notifications and token reloads (when it runs), every
-    /// signal source's queries and every alert's refusals at 0.
+    /// signal source's queries and every alert's refusals at 0 (with those
+    /// of alerts not configured, `other`).
     pub(super) fn preset(&self, webhook: bool, targets: &[SignalTarget], alerts: &[String]) {
         if webhook {
             for &status in WebhookStatus::ALL {
@@ -92,7 +93,8 @@ impl SignalMetrics {
                     .inc_by(0);
             }
         }
-        for alert in alerts {
+        let other = values::OTHER_ALERT.to_string();
+        for alert in alerts.iter().chain([&other]) {
             for &reason in values::REFUSALS {
                 self.episodes_refused
                     .get_or_create(&EpisodeLabels {

@@ -123,6 +123,10 @@ pub const ACTIONS: &[&str] = &[
     "resume",
     "note",
 ];
+/// The `alert` of `remedy_episodes_refused_total` for an alert name that is
+/// not configured (one read from the episode record): names from there are
+/// not label values, or a forged record could add a series per name.
+pub const OTHER_ALERT: &str = "other";
 /// `episodes::Refusal::label`, in `Refusal::ALL` order (a test checks).
 pub const REFUSALS: &[&str] = &[
     "cluster_wide",

@@ -50,12 +50,20 @@ impl Engine {
         }
     }
 
+    /// Counts a refusal. The name may come from the episode record, which
+    /// anyone allowed to write that ConfigMap can fill: only configured
+    /// alerts name a series of their own, the rest share `other`, so a
+    /// forged record cannot add series.
     pub(super) fn refused(&self, alertname: &str, why: Refusal) {
+        let alert = match self.settings.alerts.get(alertname) {
+            Some(_) => alertname,
+            None => crate::metrics::values::OTHER_ALERT,
+        };
         self.metrics
             .signals
             .episodes_refused
             .get_or_create(&EpisodeLabels {
-                alert: alertname.to_string(),
+                alert: alert.to_string(),
                 reason: why.label(),
             })
             .inc();

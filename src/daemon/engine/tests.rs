@@ -1049,3 +1049,29 @@ async fn a_late_firing_notice_from_the_record_holds_nothing_and_the_remediation_
         .get();
     assert_eq!(stale, 1);
 }
+
+/// #38.10: only configured alerts name a series of their own; any other
+/// name (read from the episode record, which anyone allowed to write the
+/// ConfigMap can fill) is counted as `other`, so a forged record adds no
+/// series.
+#[tokio::test]
+async fn a_refusal_for_an_alert_not_configured_is_counted_as_other() {
+    let (e, _) = engine(&cfg(), true);
+    for i in 0..50 {
+        e.refused(&format!("Forged{i}"), Refusal::InvalidScope);
+    }
+    e.refused("CloudAPIDegraded", Refusal::InvalidScope);
+    let text = e.metrics.encode().unwrap();
+    let mut series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("remedy_episodes_refused_total{"))
+        .collect();
+    series.sort();
+    assert_eq!(
+        series,
+        vec![
+            r#"remedy_episodes_refused_total{alert="CloudAPIDegraded",reason="invalid_scope"} 1"#,
+            r#"remedy_episodes_refused_total{alert="other",reason="invalid_scope"} 50"#,
+        ]
+    );
+}
