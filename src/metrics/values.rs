@@ -62,11 +62,13 @@ label_values! {
     }
     /// The status of a notification's alerts; `invalid` when unreadable.
     WebhookStatus { Firing = "firing", Resolved = "resolved", Invalid = "invalid" }
-    /// What the webhook did with a notification.
+    /// What the webhook did with a notification (`unselectable`: an alert
+    /// whose labels no object can match, refused).
     WebhookResult {
         Accepted = "accepted",
         Duplicate = "duplicate",
         Ignored = "ignored",
+        Unselectable = "unselectable",
         Rejected = "rejected",
         Unauthorized = "unauthorized",
         TooLarge = "too_large",

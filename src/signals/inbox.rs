@@ -52,6 +52,8 @@ impl Inbox {
                 let scope = Scope::from_alert(rule, &ev.labels);
                 // It could select no object; the leader would refuse it
                 // (counted there as invalid_scope), so it takes no room.
+                // The webhook refuses such alerts before (counted
+                // `unselectable`): this only keeps any other caller's out.
                 if !scope.is_selectable() {
                     tracing::warn!(alert = %ev.alertname, "alert label value longer than any object name: not recorded");
                     return None;

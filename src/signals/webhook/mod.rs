@@ -23,13 +23,14 @@ pub use payload::{
     Alert, MAX_ALERTS, MAX_FINGERPRINT_BYTES, MAX_GROUP_KEY_BYTES, MAX_LABEL_BYTES, MAX_LABELS,
     Notification, ValidAlert, parse, validate,
 };
-pub use summary::{Summarizer, Tally};
+pub use summary::{Summarizer, Summary, Tally};
 
 use super::dedupe::{Dedupe, Delivery};
 use super::{AlertEvent, AlertStatus, SignalError};
 use crate::config::{AlertRule, WebhookConfig};
 use crate::metrics::Metrics;
 use crate::metrics::values::{WebhookResult, WebhookStatus};
+use crate::model::scope::{AlertRules, MAX_VALUE_BYTES, Scope};
 use crate::signals::inbox::Inbox;
 use axum::Router;
 use axum::body::Bytes;
@@ -135,6 +136,9 @@ pub struct WebhookState {
     tokens: Arc<TokenStore>,
     max_body_bytes: usize,
     alertnames: HashSet<String>,
+    /// The configured alerts' selectors, to refuse alerts whose labels can
+    /// match no object; empty when built from names only (`new`).
+    rules: AlertRules,
     tx: mpsc::Sender<AlertEvent>,
     dedupe: Arc<Mutex<Dedupe>>,
     metrics: Arc<Metrics>,
@@ -175,6 +179,7 @@ impl WebhookState {
             tokens,
             max_body_bytes,
             alertnames: alertnames.into_iter().collect(),
+            rules: AlertRules::default(),
             tx,
             dedupe,
             metrics,
@@ -204,14 +209,16 @@ impl WebhookState {
             .token_file
             .as_deref()
             .ok_or(SignalError::NotConfigured("webhook.token_file"))?;
-        Ok(Self::with_tokens(
+        let mut s = Self::with_tokens(
             Arc::new(TokenStore::from_file(path, reload_interval)?),
             cfg.max_body_bytes,
             alerts.iter().map(|a| a.alertname.clone()),
             tx,
             dedupe,
             metrics,
-        ))
+        );
+        s.rules = AlertRules::new(alerts.to_vec());
+        Ok(s)
     }
 
     async fn authorized(&self, headers: &HeaderMap) -> bool {
@@ -275,8 +282,9 @@ impl WebhookState {
         Ok(summary)
     }
 
-    /// The event for a new alert of a configured name; an ignored or
-    /// duplicate one is counted and gives none.
+    /// The event for a new alert of a configured name whose labels can
+    /// name an object; an ignored, unselectable or duplicate one is counted
+    /// and gives none.
     fn sift(
         &self,
         dedupe: &mut Dedupe,
@@ -293,6 +301,17 @@ impl WebhookState {
                 .notification(status.webhook_status(), WebhookResult::Ignored);
             return None;
         };
+        if let Some(why) = self.unselectable(&alertname, &a.labels) {
+            // Nothing reaches the engine or the episode record: the leader
+            // would refuse it, and a misrouted Alertmanager must not look
+            // like a working one. Not remembered: a repeat is refused again.
+            summary.unselectable += 1;
+            summary.unselectable_why.get_or_insert(why);
+            self.metrics
+                .signals
+                .notification(status.webhook_status(), WebhookResult::Unselectable);
+            return None;
+        }
         if dedupe.check(&a.fingerprint, status, a.starts_at, now) != Delivery::New {
             summary.duplicate += 1;
             self.metrics
@@ -314,6 +333,31 @@ impl WebhookState {
 }
 
 impl WebhookState {
+    /// Why an alert's scope can match no object (a value it selects on is
+    /// longer than any object name, see [`Scope::is_selectable`]), or
+    /// `None` when it can. Names only the label, which is from the config.
+    fn unselectable(
+        &self,
+        alertname: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Option<String> {
+        let scope = Scope::from_alert(self.rules.get(alertname)?, labels);
+        if scope.is_selectable() {
+            return None;
+        }
+        let long = scope
+            .matchers
+            .iter()
+            .find(|(_, v)| v.len() > MAX_VALUE_BYTES);
+        Some(match long {
+            Some((label, v)) => format!(
+                "alert {alertname}: label {label} is {} bytes, longer than any object name ({MAX_VALUE_BYTES})",
+                v.len()
+            ),
+            None => format!("alert {alertname}: its labels can match no object"),
+        })
+    }
+
     /// The episode-record path: new events are written to the record, and
     /// only once the write is in are they remembered as seen, so a failed
     /// write loses nothing (503: Alertmanager sends them again). Two
@@ -354,13 +398,6 @@ impl WebhookState {
     }
 }
 
-#[derive(Debug, Default)]
-struct Summary {
-    accepted: usize,
-    duplicate: usize,
-    ignored: usize,
-}
-
 /// The webhook route, to be merged with `server::router`.
 pub fn router(state: WebhookState) -> Router {
     let limit = state.max_body_bytes;
@@ -380,7 +417,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 impl WebhookState {
-    fn summarize(&self, outcome: Result<(usize, usize, usize), &'static str>) {
+    fn summarize(&self, outcome: Result<&Summary, &'static str>) {
         // Counting cannot panic: a poisoned lock holds a consistent tally.
         let due = self
             .summary
@@ -392,12 +429,13 @@ impl WebhookState {
         };
         let refused: u64 = t.refused.values().sum();
         let refused_by = format!("{:?}", t.refused);
-        if refused > 0 {
+        if refused > 0 || t.unselectable > 0 {
             tracing::warn!(
                 notifications = t.notifications,
                 alerts_accepted = t.accepted,
                 duplicate = t.duplicate,
                 ignored = t.ignored,
+                unselectable = t.unselectable,
                 refused,
                 refused_by,
                 seconds = covered.as_secs(),
@@ -418,25 +456,17 @@ impl WebhookState {
 
 async fn notify(State(s): State<Arc<WebhookState>>, req: Request) -> Response {
     let result = handle(&s, req).await;
-    s.summarize(
-        result
-            .as_ref()
-            .map(|sum| (sum.accepted, sum.duplicate, sum.ignored))
-            .map_err(WebhookError::label),
-    );
+    s.summarize(result.as_ref().map_err(WebhookError::label));
     match result {
         Ok(sum) => {
             tracing::debug!(
                 accepted = sum.accepted,
                 duplicate = sum.duplicate,
                 ignored = sum.ignored,
+                unselectable = sum.unselectable,
                 "alertmanager notification"
             );
-            format!(
-                "accepted {}, duplicate {}, ignored {}\n",
-                sum.accepted, sum.duplicate, sum.ignored
-            )
-            .into_response()
+            answer(&sum).into_response()
         }
         Err(e) => {
             s.metrics.signals.notification(e.status(), e.result());
@@ -446,6 +476,24 @@ async fn notify(State(s): State<Arc<WebhookState>>, req: Request) -> Response {
             e.into_response()
         }
     }
+}
+
+/// The body of a 200: what became of the alerts, and why some were
+/// refused, so that whoever reads it can tell a misrouted Alertmanager (or
+/// a rule whose labels carry something else than object names) from one
+/// that works.
+fn answer(sum: &Summary) -> String {
+    let mut body = format!(
+        "accepted {}, duplicate {}, ignored {}, unselectable {}\n",
+        sum.accepted, sum.duplicate, sum.ignored, sum.unselectable
+    );
+    if let Some(why) = &sum.unselectable_why {
+        body.push_str(&format!(
+            "refused {} alert(s) whose labels can match no object, nothing recorded; the first: {why}\n",
+            sum.unselectable
+        ));
+    }
+    body
 }
 
 async fn handle(s: &WebhookState, req: Request) -> Result<Summary, WebhookError> {

@@ -4,6 +4,18 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+/// What became of one notification's alerts.
+#[derive(Debug, Default, PartialEq)]
+pub struct Summary {
+    pub accepted: usize,
+    pub duplicate: usize,
+    pub ignored: usize,
+    /// Refused: their labels can match no object.
+    pub unselectable: usize,
+    /// Why the first of those matches nothing, for the answer.
+    pub unselectable_why: Option<String>,
+}
+
 /// Counts since the last INFO summary. Pure: the caller passes `now`.
 #[derive(Debug, Default, PartialEq)]
 pub struct Tally {
@@ -11,6 +23,7 @@ pub struct Tally {
     pub accepted: u64,
     pub duplicate: u64,
     pub ignored: u64,
+    pub unselectable: u64,
     /// Refused notifications by `WebhookError::label`.
     pub refused: BTreeMap<&'static str, u64>,
 }
@@ -36,16 +49,17 @@ impl Summarizer {
     /// once `every` has passed since the last one, and starts over.
     pub fn add(
         &mut self,
-        outcome: Result<(usize, usize, usize), &'static str>,
+        outcome: Result<&Summary, &'static str>,
         now: Instant,
     ) -> Option<(Tally, Duration)> {
         let t = &mut self.tally;
         t.notifications += 1;
         match outcome {
-            Ok((accepted, duplicate, ignored)) => {
-                t.accepted += accepted as u64;
-                t.duplicate += duplicate as u64;
-                t.ignored += ignored as u64;
+            Ok(s) => {
+                t.accepted += s.accepted as u64;
+                t.duplicate += s.duplicate as u64;
+                t.ignored += s.ignored as u64;
+                t.unselectable += s.unselectable as u64;
             }
             Err(label) => *t.refused.entry(label).or_insert(0) += 1,
         }

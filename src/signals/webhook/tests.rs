@@ -256,6 +256,16 @@ fn token_file_is_trimmed_and_checked() {
     assert!(load_token(&dir.path().join("missing")).is_err());
 }
 
+fn counts(accepted: usize, duplicate: usize, ignored: usize, unselectable: usize) -> Summary {
+    Summary {
+        accepted,
+        duplicate,
+        ignored,
+        unselectable,
+        unselectable_why: None,
+    }
+}
+
 #[test]
 fn notifications_are_summarised_once_per_period() {
     let t0 = Instant::now();
@@ -263,11 +273,15 @@ fn notifications_are_summarised_once_per_period() {
     let mut s = Summarizer::new(every, t0);
     for i in 0..1000 {
         let at = t0 + Duration::from_millis(i * 50);
-        assert_eq!(s.add(Ok((2, 0, 0)), at), None, "no line before the period");
+        assert_eq!(
+            s.add(Ok(&counts(2, 0, 0, 0)), at),
+            None,
+            "no line before the period"
+        );
     }
     assert_eq!(s.add(Err("overloaded"), t0 + Duration::from_secs(59)), None);
     let (t, covered) = s
-        .add(Ok((0, 1, 1)), t0 + every)
+        .add(Ok(&counts(0, 1, 1, 3)), t0 + every)
         .expect("a summary after the period");
     assert_eq!(covered, every);
     assert_eq!(
@@ -277,16 +291,17 @@ fn notifications_are_summarised_once_per_period() {
             accepted: 2000,
             duplicate: 1,
             ignored: 1,
+            unselectable: 3,
             refused: [("overloaded", 1)].into(),
         }
     );
     // Counting starts over.
     assert_eq!(
-        s.add(Ok((1, 0, 0)), t0 + every + Duration::from_secs(1)),
+        s.add(Ok(&counts(1, 0, 0, 0)), t0 + every + Duration::from_secs(1)),
         None
     );
     let (t, _) = s
-        .add(Ok((1, 0, 0)), t0 + every * 2)
+        .add(Ok(&counts(1, 0, 0, 0)), t0 + every * 2)
         .expect("second summary");
     assert_eq!((t.notifications, t.accepted), (2, 2));
 }
@@ -500,4 +515,114 @@ fn closed_queue_is_503() {
     // Nothing was recorded: it is new once the processor is back.
     let dedupe = s.dedupe.lock().expect("lock");
     assert!(dedupe.is_empty());
+}
+
+/// `MachineStuck`'s selector: namespace and name.
+fn with_rules(s: &mut WebhookState) {
+    s.rules = AlertRules::new(vec![crate::config::AlertRule {
+        alertname: "MachineStuck".into(),
+        select: crate::config::Selector {
+            namespace_label: Some("namespace".into()),
+            name_label: Some("name".into()),
+            ..crate::config::Selector::default()
+        },
+        verify_query: None,
+        allow_cluster_wide: false,
+        max_resources: 200,
+    }]);
+}
+
+fn notifications(m: &Metrics, status: WebhookStatus, result: WebhookResult) -> u64 {
+    m.signals
+        .notifications
+        .get_or_create(&crate::metrics::WebhookLabels { status, result })
+        .get()
+}
+
+/// #38.15: an alert whose namespace label is 1,000 bytes long names no
+/// object; it was answered 200 and counted `accepted`, and never reached
+/// the episode record. It is refused, counted `unselectable`, not
+/// remembered (a repeat is refused again), and the rest of the
+/// notification goes on.
+#[test]
+fn an_alert_whose_labels_can_match_no_object_is_refused_not_accepted() {
+    let (mut s, mut rx) = state("t", &["MachineStuck"], 10);
+    with_rules(&mut s);
+    let long = "x".repeat(1000);
+    let body = with(|v| v["alerts"][0]["labels"]["namespace"] = long.clone().into());
+    let (_, alerts) = parse(&body).expect("valid: under the label bound");
+    let sum = s.forward("g", alerts.clone(), Utc::now()).expect("forward");
+    assert_eq!(
+        (sum.accepted, sum.duplicate, sum.ignored, sum.unselectable),
+        (1, 0, 0, 1)
+    );
+    let why = sum.unselectable_why.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("MachineStuck") && why.contains("label namespace is 1000 bytes"),
+        "{why}"
+    );
+    assert!(!why.contains(&long), "the value is not echoed");
+    assert_eq!(
+        rx.try_recv().map(|e| e.fingerprint).as_deref(),
+        Ok("0a1b2c3d4e5f6789"),
+        "only the alert that names an object goes on"
+    );
+    assert!(rx.try_recv().is_err());
+    let m = &s.metrics;
+    use WebhookResult::{Accepted, Unselectable};
+    assert_eq!(notifications(m, WebhookStatus::Firing, Unselectable), 1);
+    assert_eq!(notifications(m, WebhookStatus::Firing, Accepted), 0);
+    assert_eq!(notifications(m, WebhookStatus::Resolved, Accepted), 1);
+    // Alertmanager sends the group again: refused again, not a duplicate.
+    let sum = s.forward("g", alerts, Utc::now()).expect("forward");
+    assert_eq!((sum.duplicate, sum.unselectable), (1, 1));
+    assert_eq!(notifications(m, WebhookStatus::Firing, Unselectable), 2);
+    // Without selectors (names only) nothing is judged so.
+    let (s, _rx) = state("t", &["MachineStuck"], 10);
+    let (_, alerts) = parse(&body).expect("valid");
+    let sum = s.forward("g", alerts, Utc::now()).expect("forward");
+    assert_eq!((sum.accepted, sum.unselectable), (2, 0));
+}
+
+/// The answer says so: a 200 whose body names the refusal and its cause.
+#[tokio::test]
+async fn the_answer_says_which_alerts_were_refused_and_why() {
+    use tower::ServiceExt;
+    let (mut s, _rx) = state("t", &["MachineStuck"], 10);
+    with_rules(&mut s);
+    let body = with(|v| {
+        for i in 0..2 {
+            v["alerts"][i]["labels"]["name"] = "m".repeat(254).into();
+        }
+    });
+    let req = axum::http::Request::post(PATH)
+        .header(header::AUTHORIZATION, "Bearer t")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(axum::body::Body::from(body))
+        .expect("request");
+    let resp = router(s).oneshot(req).await.expect("answer");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let text = axum::body::to_bytes(resp.into_body(), 1 << 16)
+        .await
+        .expect("body");
+    let text = String::from_utf8_lossy(&text);
+    assert!(
+        text.starts_with("accepted 0, duplicate 0, ignored 0, unselectable 2\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("refused 2 alert(s) whose labels can match no object")
+            && text.contains("alert MachineStuck: label name is 254 bytes"),
+        "{text}"
+    );
+    // One that names an object is answered as before, nothing more.
+    let (mut s, _rx) = state("t", &["MachineStuck"], 10);
+    with_rules(&mut s);
+    assert_eq!(
+        answer(
+            &s.forward("g", parse(AM_025.as_bytes()).expect("valid").1, Utc::now())
+                .expect("forward")
+        ),
+        "accepted 2, duplicate 0, ignored 0, unselectable 0\n"
+    );
 }
