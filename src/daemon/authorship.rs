@@ -41,7 +41,8 @@ pub fn judge(ours: &str, seen: &str) -> Option<std::cmp::Ordering> {
 /// remedy's write to one object: the version it produced, and writes in
 /// flight. A write in flight owns whatever version arrives meanwhile: the
 /// patch carries a resourceVersion precondition, so if anyone else wrote
-/// first the patch fails (409) and the next event is judged again.
+/// first the patch fails (409), and the store judges the version it holds
+/// again when the write ends (`Store::end_write`).
 #[derive(Debug)]
 struct Write {
     rv: Option<Box<str>>,

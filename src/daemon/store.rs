@@ -192,11 +192,10 @@ impl Store {
     /// remedy's write to `key` ended, producing `resource_version` (`None`:
     /// it failed). If the watch delivered that version first, the entry is
     /// marked now; it was already not counted (the write was in flight).
+    /// Either way the stored version is judged again: whatever arrived
+    /// while the write was in flight passed for remedy's.
     pub fn end_write(&self, key: &ResourceKey, resource_version: Option<&str>) {
         self.own.end(key, resource_version);
-        if resource_version.is_none() {
-            return;
-        }
         let mut inner = self.inner.write_locked();
         let Some(e) = inner.entries.get_mut(key) else {
             return;
@@ -207,7 +206,9 @@ impl Store {
             // that version arrived before the write's answer, so it passed
             // for remedy's own: judged again now that the write's version
             // is known (brupop's agent writing back a stale status 6 ms
-            // after a reset went unnoticed, tests/it/brupop_real.rs).
+            // after a reset went unnoticed, tests/it/brupop_real.rs). Or
+            // remedy's write failed (409: that version came first), and
+            // it would have passed for remedy's for `controller_grace`.
             Author::Other if e.own_write.is_some() => {
                 e.own_write = None;
                 let now_counters = counters(&e.view);
@@ -255,35 +256,42 @@ impl Store {
             return None;
         }
         let verdict = self.classifier.classify(p, &projection);
-        let own_write = match self.own.author(&key, &projection.view.resource_version) {
-            Author::Remedy { at } => Some(at),
-            Author::Other => None,
+        let now_counters = counters(&projection.view);
+        let mut entry = Entry {
+            profile,
+            failure: projection.failure.digest(),
+            view: projection.view,
+            verdict,
+            own_write: None,
         };
-        self.watch_reset(&key, counters(&projection.view), own_write.is_some());
-        self.upsert(
-            key.clone(),
-            Entry {
-                profile,
-                failure: projection.failure.digest(),
-                view: projection.view,
-                verdict,
-                own_write,
-            },
-        );
+        // Judged under the lock the entry is stored with: `end_write` judges
+        // the stored entry again under it, so a version judged while a
+        // write was in flight is either stored before the write's end looks
+        // or judged after the write ended, never stored past it.
+        let own = {
+            let mut inner = self.inner.write_locked();
+            entry.own_write = match self.own.author(&key, &entry.view.resource_version) {
+                Author::Remedy { at } => Some(at),
+                Author::Other => None,
+            };
+            let own = entry.own_write.is_some();
+            self.store_locked(&mut inner, key.clone(), entry);
+            own
+        };
+        self.watch_reset(&key, now_counters, own);
         Some(key)
     }
 
-    pub fn upsert(&self, key: ResourceKey, entry: Entry) {
-        let mut inner = self.inner.write_locked();
+    fn store_locked(&self, inner: &mut Inner, key: ResourceKey, entry: Entry) {
         let old = inner.entries.get(&key).cloned();
         if let Some(o) = &old {
-            Self::count(&mut inner, &key.kind, o.state(), -1);
+            Self::count(inner, &key.kind, o.state(), -1);
         }
-        Self::count(&mut inner, &key.kind, entry.state(), 1);
+        Self::count(inner, &key.kind, entry.state(), 1);
         self.count_new_failure(&key, old.as_ref(), &entry);
         self.resource_series(&key, &entry);
         inner.entries.insert(key.clone(), entry);
-        self.kind_gauges(&inner, &key.kind);
+        self.kind_gauges(inner, &key.kind);
     }
 
     pub fn remove(&self, key: &ResourceKey) -> Option<Entry> {
@@ -548,6 +556,63 @@ mod tests {
         s.end_write(&key, Some("2"));
         assert_eq!(s.take_undone(), [(key.clone(), Undone::Reapply(1))]);
         assert!(s.get(&key).unwrap().own_write.is_none());
+    }
+
+    /// remedy's write fails (409: someone else wrote first), and the
+    /// other writer's version arrived while it was in flight, so it passed
+    /// for remedy's own: judged again when the failure is known.
+    #[test]
+    fn a_version_written_by_someone_else_during_a_failed_write_is_not_remedys() {
+        let s = store();
+        let status = json!({"failureReason": "CreateError", "failureMessage": "got 503 instead"});
+        let key = s.apply(0, &osm(1, status.clone())).unwrap();
+        s.begin_write(&key);
+        s.apply(0, &osm(2, status));
+        assert!(s.get(&key).unwrap().own_write.is_some(), "in flight");
+        s.end_write(&key, None);
+        let e = s.get(&key).unwrap();
+        assert!(e.own_write.is_none(), "version 2 is not remedy's");
+        assert!(e.signals_count(Duration::from_secs(300)));
+        assert!(s.own_writes().is_empty());
+    }
+
+    /// A stale write judged while remedy's write was in flight, and stored
+    /// only after the write ended (and judged its entry again): the store
+    /// decides who wrote a version under the lock it stores it with, so the
+    /// end of the write sees it. The test holds the watched resets' lock,
+    /// which `apply` takes after judging a version (before #38.11 also
+    /// before storing it), to stall it there as a preempted watch task
+    /// would be.
+    #[test]
+    fn a_stale_write_judged_before_the_write_ends_and_stored_after_is_not_remedys() {
+        let s = store();
+        let counted = json!({"remedy.dev/crash-count": "3", "remedy.dev/failure-time": "2026-12-03T01:00:00Z"});
+        let key = s
+            .apply(0, &with_annotations(osm(1, json!({})), counted.clone()))
+            .unwrap();
+        s.expect_reset(&key);
+        s.begin_write(&key);
+        // remedy's reset (version 2) arrives while its write is in flight.
+        s.apply(0, &osm(2, json!({})));
+        let stale = with_annotations(osm(3, json!({})), counted);
+        let pause = Duration::from_millis(100);
+        std::thread::scope(|scope| {
+            let held = s.resets.locked();
+            // The stale write (version 3) is judged while the reset is
+            // in flight...
+            let watch = scope.spawn(|| s.apply(0, &stale));
+            std::thread::sleep(pause);
+            // ...and the reset's answer (version 2) comes before it is stored.
+            let answer = scope.spawn(|| s.end_write(&key, Some("2")));
+            std::thread::sleep(pause);
+            drop(held);
+            watch.join().unwrap();
+            answer.join().unwrap();
+        });
+        let e = s.get(&key).unwrap();
+        assert_eq!(&*e.view.resource_version, "3");
+        assert!(e.own_write.is_none(), "version 3 is someone else's");
+        assert_eq!(s.take_undone(), [(key, Undone::Reapply(1))]);
     }
 
     #[test]
