@@ -230,6 +230,11 @@ fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure
             tls_key_file,
         } => {
             let mut v = load(&config)?;
+            for p in &v.profiles {
+                for warning in p.hold_warnings() {
+                    tracing::warn!(profile = %p.name, "{warning}");
+                }
+            }
             if let (Some(cert_file), Some(key_file)) = (tls_cert_file, tls_key_file) {
                 v.config.tls = Some(TlsConfig {
                     cert_file,
@@ -250,12 +255,12 @@ fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure
                     p.api_version(),
                     p.kind
                 ));
-                // The resolved hold: what remedy will write, and whether a
-                // controller known to read that key would ignore it.
+                // The resolved hold: what remedy will write, and what a
+                // controller known to read it would not do with it.
                 match &p.hold {
                     Some(h) => {
                         out.push_str(&format!("  {:<20} hold: {}\n", "", h.describe()));
-                        if let Some(why) = h.mismatch() {
+                        for why in p.hold_warnings() {
                             out.push_str(&format!("  {:<20} warning: {why}\n", ""));
                         }
                     }
@@ -297,5 +302,35 @@ fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure
                 &switch.by,
             ))
             .map_err(Failure::cli),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// #38.13: `check-config` prints the hold warnings, the CAPI Cluster's
+    /// missing `resume` among them.
+    #[test]
+    fn check_config_warns_of_a_cluster_held_by_spec_without_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.yaml");
+        std::fs::write(
+            &file,
+            "profiles: [capi-machine, {name: my-cluster, group: cluster.x-k8s.io, version: v1beta2, \
+             kind: Cluster, hold: {field: /spec/paused}}]\n",
+        )
+        .unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let out = match run(Command::CheckConfig { file }, &rt) {
+            Ok(out) => out,
+            Err(f) => panic!("error[{}]: {}", f.label, f.message),
+        };
+        let warnings: Vec<&str> = out.lines().filter(|l| l.contains("warning:")).collect();
+        assert_eq!(warnings.len(), 1, "{out}");
+        assert!(
+            warnings[0].contains("resume: {kind: Machine, label: cluster.x-k8s.io/cluster-name}"),
+            "{out}"
+        );
     }
 }

@@ -4,7 +4,7 @@
 
 use super::{
     CAPI_PAUSED, CAPI_SKIP_REMEDIATION, FieldPaths, HoldSpec, IgnoreConditions, Profile,
-    ProfileError, RemediationSpec, ResetField,
+    ProfileError, RemediationSpec, ResetField, ResumeSpec,
 };
 use serde_json::Value;
 
@@ -60,12 +60,26 @@ fn capi_profile(name: &str, group: &str, version: &str, kind: &str, state: &[&st
 }
 
 const INFRA: &str = "infrastructure.cluster.x-k8s.io";
+/// The group of Cluster API's core kinds (Machine, Cluster).
+pub(super) const CAPI_GROUP: &str = "cluster.x-k8s.io";
+
+/// The `resume` a hold of a CAPI Cluster by `/spec/paused` needs (README,
+/// `{builtin: capi-cluster, hold: {field: /spec/paused, resume: …}}`): the
+/// Machine controller (v1.12.5 and v1.14.2) does not requeue a Cluster's
+/// Machines when `spec.paused` turns false, so untouched they stay
+/// `Paused=True` until their next event or the 10-minute resync.
+pub(super) fn capi_cluster_resume() -> ResumeSpec {
+    ResumeSpec {
+        kind: "Machine".into(),
+        label: "cluster.x-k8s.io/cluster-name".into(),
+    }
+}
 
 /// The built-in profiles, in a stable order.
 pub fn builtins() -> Vec<Profile> {
     let mut machine = capi_profile(
         "capi-machine",
-        "cluster.x-k8s.io",
+        CAPI_GROUP,
         "v1beta1",
         "Machine",
         &["/status/phase"],
@@ -98,7 +112,7 @@ pub fn builtins() -> Vec<Profile> {
     }
     let cluster = capi_profile(
         "capi-cluster",
-        "cluster.x-k8s.io",
+        CAPI_GROUP,
         "v1beta1",
         "Cluster",
         &["/status/phase"],

@@ -1,6 +1,7 @@
 //! How a profile's controller is paused, what remedy writes to hold it, and
 //! whose a pause is.
 
+use super::builtins::{CAPI_GROUP, capi_cluster_resume};
 use super::{CROSSPLANE_PAUSED, HOLD_ANNOTATION, PAUSE_MARKER, Profile};
 use crate::model::view::PauseState;
 use chrono::{DateTime, Utc};
@@ -59,6 +60,13 @@ pub struct ResumeSpec {
     pub kind: String,
     /// The label naming the held object (`cluster.x-k8s.io/cluster-name`).
     pub label: String,
+}
+
+impl ResumeSpec {
+    /// The `resume:` stanza as a config writes it.
+    pub fn stanza(&self) -> String {
+        format!("resume: {{kind: {}, label: {}}}", self.kind, self.label)
+    }
 }
 
 /// Where a hold is written, resolved from a validated [`HoldSpec`].
@@ -181,6 +189,32 @@ impl HoldMark {
 }
 
 impl Profile {
+    /// What this profile's hold will not do that a config likely expects,
+    /// each naming its fix: `remedy check-config` prints them and `remedy
+    /// serve` logs them. Not errors: the config may mean it.
+    pub fn hold_warnings(&self) -> Vec<String> {
+        let Some(hold) = &self.hold else {
+            return Vec::new();
+        };
+        let mut out: Vec<String> = hold.mismatch().map(String::from).into_iter().collect();
+        if self.group == CAPI_GROUP
+            && self.kind == "Cluster"
+            && hold.target() == Some(HoldTarget::Field("/spec/paused"))
+            && hold.resume.is_none()
+        {
+            let resume = capi_cluster_resume();
+            out.push(format!(
+                "holds the Cluster by /spec/paused without `resume`: CAPI's Machine controller does \
+                 not requeue a Cluster's Machines when spec.paused turns false, so after the release \
+                 they stay Paused until their next event or the 10-minute resync. Add `{}` to its \
+                 hold, and watch {}s (the capi-machine built-in)",
+                resume.stanza(),
+                resume.kind
+            ));
+        }
+        out
+    }
+
     /// Ours only when remedy's record is there and says remedy wrote exactly
     /// the value the pause has now; any other pause (set before, changed
     /// after, or with the record removed) is someone else's and is never

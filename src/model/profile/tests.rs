@@ -533,3 +533,57 @@ fn builtins_validate_and_long_messages_are_truncated() {
     let m = v.failure.message.unwrap();
     assert!(m.len() <= MAX_MESSAGE && m.chars().all(|c| c == 'é'));
 }
+
+/// #38.13: a CAPI Cluster held by `/spec/paused` without `resume` leaves its
+/// Machines paused after the release (the Machine controller does not
+/// requeue them): validation warns, naming the stanza the README's
+/// capi-cluster form carries.
+#[test]
+fn a_capi_cluster_held_by_spec_without_resume_is_warned_with_the_stanza() {
+    let custom = |hold: &str| -> Profile {
+        let yaml = format!(
+            "name: my-cluster\ngroup: cluster.x-k8s.io\nversion: v1beta2\nkind: Cluster\nhold: {hold}\n"
+        );
+        let p: Profile = serde_yaml_ng::from_str(&yaml).unwrap();
+        p.validate().unwrap();
+        p
+    };
+    let stanza = "resume: {kind: Machine, label: cluster.x-k8s.io/cluster-name}";
+    let warned = custom("{field: /spec/paused}").hold_warnings();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains(stanza), "{}", warned[0]);
+    assert!(warned[0].contains("capi-machine"), "{}", warned[0]);
+    // The built-in with the same hold, overridden as the README shows, but
+    // without its resume.
+    let overridden = Profile {
+        hold: Some(HoldSpec::field("/spec/paused")),
+        ..builtin("capi-cluster").unwrap()
+    };
+    assert_eq!(overridden.hold_warnings(), warned);
+    // The stanza named is the one that silences it, and the README's.
+    let fixed = custom(&format!("{{field: /spec/paused, {stanza}}}"));
+    assert_eq!(fixed.hold_warnings(), Vec::<String>::new());
+    let readme = include_str!("../../../README.md");
+    assert!(
+        readme.contains(&format!("hold: {{field: /spec/paused, {stanza}}}")),
+        "README's capi-cluster form"
+    );
+    // Nothing to say: the built-in (an annotation on the Cluster pauses
+    // only the Cluster), another kind, or another group.
+    assert!(builtin("capi-cluster").unwrap().hold_warnings().is_empty());
+    let other_kind = Profile {
+        kind: "MachineDeployment".into(),
+        ..custom("{field: /spec/paused}")
+    };
+    assert!(other_kind.hold_warnings().is_empty());
+    let other_group = Profile {
+        group: "example.com".into(),
+        ..custom("{field: /spec/paused}")
+    };
+    assert!(other_group.hold_warnings().is_empty());
+    // The value mismatch is one of the warnings too.
+    let mismatched = custom("{field: /spec/paused, value: 'yes'}");
+    let w = mismatched.hold_warnings();
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(w[0].contains("only true pauses"), "{w:?}");
+}
