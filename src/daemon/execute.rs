@@ -286,7 +286,11 @@ impl Executor {
             let pp = PatchParams::default();
             let res = self
                 .logged(key, async {
-                    if step.is_status() {
+                    if step.is_json_patch() {
+                        let ops = step::conditions_patch(profile, &obj);
+                        api.patch_status(&key.name, &pp, &Patch::<()>::Json(ops))
+                            .await
+                    } else if step.is_status() {
                         api.patch_status(&key.name, &pp, &Patch::Merge(&body)).await
                     } else {
                         api.patch(&key.name, &pp, &Patch::Merge(&body)).await
@@ -314,7 +318,11 @@ impl Executor {
                         });
                     }
                 }
-                Err(kube::Error::Api(s)) if s.code == 409 => {
+                // A JSON patch's failed test (422) is a conflict too: what
+                // it tested changed since the object was read.
+                Err(kube::Error::Api(s))
+                    if s.code == 409 || (s.code == 422 && step.is_json_patch()) =>
+                {
                     self.metrics.actions.count(action, ActionResult::Conflict);
                     conflicts += 1;
                     tracing::debug!(resource = %key, action, conflicts, "conflict; re-reading");
@@ -537,6 +545,10 @@ impl Executor {
                 "FailureCleared",
                 "remedy cleared transient failure status so the controller retries",
             ),
+            Step::ClearConditions => (
+                "FailureCleared",
+                "remedy removed the failure condition the controller stops on, so it retries; the other conditions are kept",
+            ),
             Step::ResetCounters => (
                 "CountersReset",
                 "remedy reset crash counters after the outage cleared",
@@ -558,18 +570,31 @@ mod tests {
     async fn fake_apiserver(
         obj: serde_json::Value,
     ) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        fake_apiserver_refusing(obj, axum::http::StatusCode::INTERNAL_SERVER_ERROR).await
+    }
+
+    /// The same, refusing writes with `refusal`; a write is logged with
+    /// its content type.
+    async fn fake_apiserver_refusing(
+        obj: serde_json::Value,
+        refusal: axum::http::StatusCode,
+    ) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let log = seen.clone();
         let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
             let (log, obj) = (log.clone(), obj.clone());
             async move {
-                log.lock()
-                    .unwrap()
-                    .push(format!("{} {}", req.method(), req.uri().path()));
+                let mut line = format!("{} {}", req.method(), req.uri().path());
+                if req.method() != axum::http::Method::GET {
+                    let ct = req.headers().get(axum::http::header::CONTENT_TYPE);
+                    let ct = ct.and_then(|v| v.to_str().ok()).unwrap_or_default();
+                    line.push_str(&format!(" {ct}"));
+                }
+                log.lock().unwrap().push(line);
                 if req.method() == axum::http::Method::GET {
                     axum::Json(obj).into_response()
                 } else {
-                    axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response()
+                    refusal.into_response()
                 }
             }
         });
@@ -626,6 +651,69 @@ mod tests {
         assert!(
             !seen.is_empty() && seen.iter().all(|r| r.starts_with("GET ")),
             "{seen:?}"
+        );
+    }
+
+    /// #38.12: a blocking condition is removed by a JSON patch to the
+    /// status subresource; its failed test (422: the condition moved or
+    /// changed) is a conflict: the object is read and planned again, up to
+    /// the conflict limit, like a 409.
+    #[tokio::test]
+    async fn a_condition_removal_is_a_json_patch_and_its_failed_test_a_conflict() {
+        let record = serde_json::to_string(&HoldMark {
+            since: chrono::Utc::now(),
+            reason: "breaker".into(),
+            crash_count: 1,
+            value: None,
+        })
+        .unwrap();
+        let held = json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "OpenStackMachine",
+            "metadata": {"name": "m", "namespace": "ns", "resourceVersion": "1",
+                         "annotations": {CAPI_PAUSED: PAUSE_MARKER, HOLD_ANNOTATION: record}},
+            "status": {"conditions": [
+                {"type": "Ready", "status": "False", "reason": "InstanceStateError"},
+                {"type": "InstanceReady", "status": "False", "reason": "InstanceStateError"}
+            ]}
+        });
+        let (url, seen) =
+            fake_apiserver_refusing(held, axum::http::StatusCode::UNPROCESSABLE_ENTITY).await;
+        let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let metrics = Arc::new(Metrics::new(10));
+        let ex = Executor::new(
+            client,
+            metrics.clone(),
+            Arc::new(WriteLimiter::new(1000.0, 100)),
+            Leadership::fixed(true),
+            false,
+        );
+        let mut profile = builtin("openstack-machine").unwrap();
+        profile.version = "v1beta2".into();
+        let key = ResourceKey::new("OpenStackMachine", "ns", "m");
+        let err = ex.run(&profile, &key, &Goal::Release).await.unwrap_err();
+        assert!(matches!(err, ExecError::Conflict { .. }), "{err}");
+        let seen = seen.lock().unwrap().clone();
+        let path =
+            "/apis/infrastructure.cluster.x-k8s.io/v1beta2/namespaces/ns/openstackmachines/m";
+        let writes: Vec<&String> = seen.iter().filter(|r| !r.starts_with("GET ")).collect();
+        assert_eq!(writes.len(), MAX_CONFLICTS as usize, "{seen:?}");
+        for w in writes {
+            assert_eq!(
+                *w,
+                format!("PATCH {path}/status application/json-patch+json")
+            );
+        }
+        assert_eq!(
+            seen.iter().filter(|r| r.starts_with("GET ")).count(),
+            MAX_CONFLICTS as usize,
+            "read again after each refusal: {seen:?}"
+        );
+        let counted = metrics.encode().unwrap();
+        assert!(
+            counted.contains(&format!(
+                r#"remedy_actions_total{{action="clear_failure",result="conflict"}} {MAX_CONFLICTS}"#
+            )),
+            "{counted}"
         );
     }
 }

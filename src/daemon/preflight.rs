@@ -59,10 +59,16 @@ pub fn status_subresource<'a>(
 /// Status fields a profile's remediation writes.
 fn status_fields(p: &Profile) -> Vec<&str> {
     let r = &p.remediation;
+    // The conditions lists `clear_conditions` removes from.
+    let conditions = (!r.clear_conditions.is_empty())
+        .then_some(&p.fields.conditions)
+        .into_iter()
+        .flatten();
     r.clear_status
         .iter()
+        .chain(r.reset_status.iter().map(|f| &f.path))
+        .chain(conditions)
         .map(String::as_str)
-        .chain(r.reset_status.iter().map(|f| f.path.as_str()))
         .collect()
 }
 
@@ -134,6 +140,12 @@ mod tests {
         let mut bare = osm.clone();
         bare.remediation.clear_status.clear();
         bare.remediation.reset_status.clear();
+        assert_eq!(
+            status_fields(&bare),
+            ["/status/conditions"],
+            "clear_conditions"
+        );
+        bare.remediation.clear_conditions.clear();
         assert!(status_fields(&bare).is_empty());
     }
 }

@@ -468,6 +468,7 @@ mod tests {
             Step::Hold,
             Step::SetSkipRemediation,
             Step::ClearFailure,
+            Step::ClearConditions,
             Step::ResetCounters,
             Step::RemoveSkipRemediation,
             Step::Unpause,

@@ -46,6 +46,9 @@ pub enum Step {
     Hold,
     SetSkipRemediation,
     ClearFailure,
+    /// Removes the conditions the controller stops on
+    /// (`remediation.clear_conditions`), each tested first: a JSON patch.
+    ClearConditions,
     ResetCounters,
     RemoveSkipRemediation,
     /// Removes our pause. Reported as `release` or `unpause` by goal.
@@ -60,7 +63,7 @@ impl Step {
         match self {
             Self::Hold => "hold",
             Self::SetSkipRemediation | Self::RemoveSkipRemediation => "skip_remediation",
-            Self::ClearFailure => "clear_failure",
+            Self::ClearFailure | Self::ClearConditions => "clear_failure",
             Self::ResetCounters => "reset_counters",
             Self::Unpause => match goal {
                 Goal::Release => "release",
@@ -72,7 +75,16 @@ impl Step {
 
     /// Whether the patch goes to the status subresource.
     pub fn is_status(&self) -> bool {
-        matches!(self, Self::ClearFailure | Self::ResetCounters)
+        matches!(
+            self,
+            Self::ClearFailure | Self::ClearConditions | Self::ResetCounters
+        )
+    }
+
+    /// Whether the patch is a JSON patch ([`conditions_patch`]), not a
+    /// merge patch.
+    pub fn is_json_patch(&self) -> bool {
+        matches!(self, Self::ClearConditions)
     }
 
     /// Whether the goal ends with this write. The unpause hands the object
@@ -144,9 +156,9 @@ pub fn next_step(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> Result<
             if !ours {
                 return Err(Done::Complete);
             }
-            let needs_clear = profile.remediation.release_clears_failure
-                && !present_paths(profile, obj).is_empty();
-            if let Some(step) = clear_step(profile, needs_clear, view.skip_remediation) {
+            let clears = profile.remediation.release_clears_failure;
+            let needs = Clear::of(profile, obj).only_if(clears);
+            if let Some(step) = clear_step(profile, needs, view.skip_remediation) {
                 Ok(step)
             } else if view.skip_remediation == Owner::Remedy {
                 Ok(Step::RemoveSkipRemediation)
@@ -167,9 +179,9 @@ pub fn next_step(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> Result<
             }
         }
         Goal::Remediate => {
-            let needs_clear = !present_paths(profile, obj).is_empty();
+            let needs = Clear::of(profile, obj);
             let needs_reset = !differing_resets(profile, obj).is_empty();
-            if let Some(step) = clear_step(profile, needs_clear, view.skip_remediation) {
+            if let Some(step) = clear_step(profile, needs, view.skip_remediation) {
                 Ok(step)
             } else if needs_reset {
                 Ok(Step::ResetCounters)
@@ -184,15 +196,43 @@ pub fn next_step(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> Result<
     }
 }
 
-/// Clearing failure fields is wrapped in skip-remediation where the profile
-/// names one (a MachineHealthCheck must not delete the Machine mid-way); a
-/// skip-remediation someone else set is left as it is.
-fn clear_step(profile: &Profile, needs_clear: bool, skip: Owner) -> Option<Step> {
+/// What failure status an object has to clear now.
+#[derive(Clone, Copy)]
+struct Clear {
+    /// `clear_status` fields.
+    fields: bool,
+    /// `clear_conditions`.
+    conditions: bool,
+}
+
+impl Clear {
+    fn of(profile: &Profile, obj: &DynamicObject) -> Self {
+        Self {
+            fields: !present_paths(profile, obj).is_empty(),
+            conditions: !present_conditions(profile, obj).is_empty(),
+        }
+    }
+
+    fn only_if(self, wanted: bool) -> Self {
+        Self {
+            fields: wanted && self.fields,
+            conditions: wanted && self.conditions,
+        }
+    }
+}
+
+/// Clearing failure fields and conditions is wrapped in skip-remediation
+/// where the profile names one (a MachineHealthCheck must not delete the
+/// Machine mid-way); a skip-remediation someone else set is left as it is.
+fn clear_step(profile: &Profile, needs: Clear, skip: Owner) -> Option<Step> {
     let guard = profile.remediation.skip_remediation_annotation.is_some();
-    if needs_clear && guard && skip == Owner::Absent {
+    let any = needs.fields || needs.conditions;
+    if any && guard && skip == Owner::Absent {
         Some(Step::SetSkipRemediation)
-    } else if needs_clear {
+    } else if needs.fields {
         Some(Step::ClearFailure)
+    } else if needs.conditions {
+        Some(Step::ClearConditions)
     } else {
         None
     }
@@ -279,6 +319,9 @@ pub fn patch(profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) ->
             }
             body
         }
+        Step::ClearConditions => {
+            serde_json::to_value(conditions_patch(profile, obj)).unwrap_or_default()
+        }
         Step::ResetCounters => {
             let mut body = json!({"metadata": {"resourceVersion": rv}});
             for (p, v) in differing_resets(profile, obj) {
@@ -287,6 +330,39 @@ pub fn patch(profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) ->
             body
         }
     }
+}
+
+/// The JSON patch of [`Step::ClearConditions`]: each condition to clear is
+/// tested (its index and content) and removed, the last of a list first,
+/// after a test of the resourceVersion. A merge patch can only replace a
+/// whole list, and with it every condition the controller wrote; a
+/// condition moved or changed since it was read fails its test (422), as
+/// any change fails the resourceVersion's, and the goal plans again.
+pub fn conditions_patch(profile: &Profile, obj: &DynamicObject) -> json_patch::Patch {
+    use json_patch::{PatchOperation, RemoveOperation, TestOperation};
+    let rv = obj.metadata.resource_version.clone().unwrap_or_default();
+    let mut ops = vec![PatchOperation::Test(TestOperation {
+        path: pointer("/metadata/resourceVersion"),
+        value: Value::from(rv),
+    })];
+    for (path, condition) in present_conditions(profile, obj) {
+        let path = pointer(&path);
+        ops.push(PatchOperation::Test(TestOperation {
+            path: path.clone(),
+            value: condition,
+        }));
+        ops.push(PatchOperation::Remove(RemoveOperation { path }));
+    }
+    json_patch::Patch(ops)
+}
+
+/// A JSON pointer (validated to start with '/') as json_patch takes it.
+fn pointer(p: &str) -> json_patch::jsonptr::PointerBuf {
+    json_patch::jsonptr::PointerBuf::from_tokens(
+        p.split('/')
+            .skip(1)
+            .map(|t| t.replace("~1", "/").replace("~0", "~")),
+    )
 }
 
 /// Writes the profile's pause (annotation or spec field) into a patch body;
@@ -314,6 +390,15 @@ fn present_paths(profile: &Profile, obj: &DynamicObject) -> Vec<String> {
         return Vec::new();
     }
     profile.to_clear(&obj.data)
+}
+
+/// The `clear_conditions` on the object now (pointer, content), last
+/// first; none while a `keep_if_set` field is set.
+fn present_conditions(profile: &Profile, obj: &DynamicObject) -> Vec<(String, Value)> {
+    if !profile.clearable(&obj.data) {
+        return Vec::new();
+    }
+    profile.conditions_to_clear(&obj.data)
 }
 
 fn differing_resets(profile: &Profile, obj: &DynamicObject) -> Vec<(String, Value)> {
@@ -376,9 +461,15 @@ pub fn merge(target: &mut Value, patch: &Value) {
     }
 }
 
-/// Applies a step's patch to a local copy of the object (dry-run, tests).
+/// Applies a step's patch to a local copy of the object (dry-run, tests):
+/// a JSON patch (an array) as RFC 6902 says, its tests included.
 pub fn apply_locally(obj: &DynamicObject, body: &Value) -> Option<DynamicObject> {
     let mut v = serde_json::to_value(obj).ok()?;
+    if body.is_array() {
+        let p: json_patch::Patch = serde_json::from_value(body.clone()).ok()?;
+        json_patch::patch(&mut v, &p).ok()?;
+        return serde_json::from_value(v).ok();
+    }
     let mut body = body.clone();
     if let Some(m) = body.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
@@ -649,15 +740,188 @@ mod tests {
         assert_eq!(done, Done::Complete);
         assert!(Step::Unpause.ends_goal() && Step::Note.ends_goal());
         assert!(!Step::ClearFailure.ends_goal() && !Step::Hold.ends_goal());
-        // What the controller writes after the unpause, planned afresh,
-        // would be cleared: only ending at the unpause prevents it.
+        // What the controller writes after the unpause (CAPO v0.15 copying
+        // a server still ERROR into Ready), planned afresh, would be
+        // cleared: only ending at the unpause prevents it.
+        let copied = osm(json!({"instanceState": "ERROR", "conditions": [
+            {"type": "Ready", "status": "False", "reason": "InstanceStateError"}
+        ]}));
+        assert_eq!(
+            next_step(&p, &copied, &Goal::Remediate),
+            Ok(Step::ClearConditions)
+        );
+        assert!(!Step::ClearConditions.ends_goal());
+        // A condition CAPO does not stop on is not remedy's to clear.
         let building = osm(json!({"instanceState": "BUILD", "conditions": [
             {"type": "InstanceReady", "status": "False", "severity": "Info", "reason": "InstanceNotReady"}
         ]}));
         assert_eq!(
             next_step(&p, &building, &Goal::Remediate),
-            Ok(Step::ClearFailure)
+            Err(Done::Complete)
         );
+    }
+
+    fn v1beta2_osm(conditions: Value) -> DynamicObject {
+        obj(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "OpenStackMachine",
+            "metadata": {"name": "m", "namespace": "d", "resourceVersion": "7"},
+            "status": {"instanceState": "ERROR", "conditions": conditions}
+        }))
+    }
+
+    /// #38.12, CAPO v0.15 (v1beta2): only Ready False/InstanceStateError
+    /// stops the controller; the release removes that condition alone, by
+    /// a JSON patch that tests its index and content and the
+    /// resourceVersion first, and keeps every other one.
+    #[test]
+    fn a_v1beta2_machine_loses_only_the_condition_capo_stops_on() {
+        let mut p = builtin("openstack-machine").unwrap();
+        p.version = "v1beta2".into();
+        let instance = json!({"type": "InstanceReady", "status": "False", "reason": "InstanceStateError",
+            "message": "got 503 instead", "lastTransitionTime": "2026-12-03T01:00:00Z", "observedGeneration": 1});
+        let ready = json!({"type": "Ready", "status": "False", "reason": "InstanceStateError",
+            "message": "got 503 instead", "lastTransitionTime": "2026-12-03T01:00:00Z", "observedGeneration": 1});
+        let paused = json!({"type": "Paused", "status": "False", "reason": "NotPaused",
+            "lastTransitionTime": "2026-12-03T00:00:00Z", "observedGeneration": 1});
+        let m = held(
+            &p,
+            &v1beta2_osm(json!([instance.clone(), ready.clone(), paused.clone()])),
+        );
+        for goal in [Goal::Release, Goal::Remediate] {
+            assert_eq!(
+                all_steps(&p, &m, &goal).0,
+                vec![Step::ClearConditions, Step::Unpause],
+                "{goal:?}"
+            );
+        }
+        let body = patch(&p, &m, &Goal::Release, Step::ClearConditions);
+        assert_eq!(
+            body,
+            json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+                {"op": "test", "path": "/status/conditions/1", "value": ready},
+                {"op": "remove", "path": "/status/conditions/1"},
+            ])
+        );
+        assert!(Step::ClearConditions.is_status() && Step::ClearConditions.is_json_patch());
+        assert_eq!(
+            Step::ClearConditions.action(&Goal::Release),
+            "clear_failure"
+        );
+        let after = apply_locally(&m, &body).unwrap();
+        assert_eq!(
+            after.data["status"]["conditions"],
+            json!([instance, paused]),
+            "the other conditions are kept, in order"
+        );
+        assert_eq!(after.data["status"]["instanceState"], "ERROR");
+        assert_eq!(
+            next_step(&p, &after, &Goal::Release),
+            Ok(Step::Unpause),
+            "nothing left to clear"
+        );
+        // The tests guard the write: the condition moved, or changed, or
+        // the object changed since it was read.
+        let moved = v1beta2_osm(json!([ready.clone(), instance.clone(), paused.clone()]));
+        assert!(apply_locally(&moved, &body).is_none(), "moved");
+        let mut changed = ready.clone();
+        changed["message"] = json!("got 502 instead");
+        let changed = v1beta2_osm(json!([instance.clone(), changed, paused.clone()]));
+        assert!(apply_locally(&changed, &body).is_none(), "changed");
+        let mut newer = m.clone();
+        newer.metadata.resource_version = Some("8".into());
+        assert!(apply_locally(&newer, &body).is_none(), "a newer version");
+        // Two of them (a duplicate type), both removed, the last first.
+        let twice = held(
+            &p,
+            &v1beta2_osm(json!([ready.clone(), instance.clone(), ready.clone()])),
+        );
+        let body = patch(&p, &twice, &Goal::Release, Step::ClearConditions);
+        let paths: Vec<&str> = body
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|op| op["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "/metadata/resourceVersion",
+                "/status/conditions/2",
+                "/status/conditions/2",
+                "/status/conditions/0",
+                "/status/conditions/0"
+            ]
+        );
+        let after = apply_locally(&twice, &body).unwrap();
+        assert_eq!(after.data["status"]["conditions"], json!([instance]));
+        // Ready for another reason, True or Unknown: not what CAPO stops on.
+        for other in [
+            json!({"type": "Ready", "status": "False", "reason": "InstanceNotReady"}),
+            json!({"type": "Ready", "status": "True", "reason": "InstanceStateError"}),
+            json!({"type": "Ready", "status": "Unknown", "reason": "InstanceStateError"}),
+        ] {
+            let m = held(&p, &v1beta2_osm(json!([other.clone()])));
+            assert_eq!(
+                all_steps(&p, &m, &Goal::Release).0,
+                vec![Step::Unpause],
+                "{other}"
+            );
+        }
+        // A profile that does not clear on release only unpauses.
+        let mut unpause_only = p.clone();
+        unpause_only.remediation.release_clears_failure = false;
+        let m = held(&p, &v1beta2_osm(json!([ready])));
+        assert_eq!(
+            all_steps(&unpause_only, &m, &Goal::Release).0,
+            vec![Step::Unpause]
+        );
+    }
+
+    /// #38.12, CAPO v0.14 (v1beta1): failureReason is what stops the
+    /// controller; the merge patch clears the failure fields and no longer
+    /// the whole `/status/conditions` (it wiped every condition CAPO
+    /// wrote). Its Ready summary, False/InstanceStateError, goes alone by
+    /// the JSON patch; InstanceReady and the others stay.
+    #[test]
+    fn a_v1beta1_machine_keeps_its_conditions_when_its_failure_is_cleared() {
+        let p = builtin("openstack-machine").unwrap();
+        let mut m = crate::testkit::sample(include_str!(
+            "../../testenv/samples/capo-openstackmachine-error.yaml"
+        ));
+        m.metadata.resource_version = Some("12".into());
+        let conditions = m.data["status"]["conditions"].as_array().unwrap().clone();
+        assert_eq!(conditions[0]["type"], "Ready");
+        assert_eq!(conditions[1]["type"], "InstanceReady");
+        let networks = json!({"type": "NetworkReady", "status": "True",
+            "lastTransitionTime": "2025-03-14T09:10:00Z"});
+        m.data["status"]["conditions"]
+            .as_array_mut()
+            .unwrap()
+            .push(networks.clone());
+        let m = held(&p, &m);
+        let (steps, done) = all_steps(&p, &m, &Goal::Remediate);
+        assert_eq!(
+            steps,
+            vec![Step::ClearFailure, Step::ClearConditions, Step::Unpause]
+        );
+        assert_eq!(done, Done::Complete);
+        let body = patch(&p, &m, &Goal::Remediate, Step::ClearFailure);
+        assert_eq!(
+            body["status"],
+            json!({"failureReason": null, "failureMessage": null}),
+            "the conditions are not in the merge patch"
+        );
+        let cleared = apply_locally(&m, &body).unwrap();
+        let body = patch(&p, &cleared, &Goal::Remediate, Step::ClearConditions);
+        assert_eq!(body[1]["path"], "/status/conditions/0");
+        assert_eq!(body[1]["value"], conditions[0]);
+        let after = apply_locally(&cleared, &body).unwrap();
+        let s = &after.data["status"];
+        assert!(s.get("failureReason").is_none() && s.get("failureMessage").is_none());
+        assert_eq!(s["conditions"], json!([conditions[1], networks]));
+        assert_eq!(s["instanceState"], "ERROR");
+        assert_eq!(s["instanceID"], m.data["status"]["instanceID"]);
     }
 
     /// CAPO's OpenStackServer: an ERROR from a failed create (no

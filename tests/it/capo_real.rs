@@ -1775,8 +1775,9 @@ mod v015 {
 
         // The OpenStackMachine follows: v0.15 copied the server's ERROR into
         // its Ready condition (InstanceStateError) and skips it while that
-        // stays (`openstackmachine_controller.go:358-364`); remedy clears
-        // its conditions when it releases it, after its server.
+        // stays (`openstackmachine_controller.go:358-364`); remedy removes
+        // that condition (the others stay) when it releases it, after its
+        // server.
         let t = Instant::now();
         let mut provisioned = None;
         while t.elapsed() < Duration::from_secs(60) {

@@ -5,11 +5,12 @@
 //! condition left until the controller reconciles is not taken for a new
 //! failure, and every failure is counted once.
 //!
-//! Both runs use the openstack-machine built-in without `/status/conditions`
-//! in its `clear_status` (the built-in clears them since CAPO v0.15, see
-//! src/model/profile/builtins.rs): the stale-signal guard is what is tested,
-//! as for any kind whose conditions remedy may not clear, and with the
-//! conditions cleared the control would have nothing stale to misread.
+//! Both runs use the openstack-machine built-in, which keeps the
+//! conditions the stand-in writes (it removes only CAPO v0.15's Ready
+//! False/InstanceStateError, see src/model/profile/builtins.rs): the
+//! stale-signal guard is what is tested, as for any kind whose conditions
+//! remedy may not clear, and with the conditions cleared the control would
+//! have nothing stale to misread.
 
 use crate::support::capo::StandInCapo;
 use crate::support::objects::{api_for, create_with_status, sample};
@@ -55,10 +56,8 @@ async fn outage(prefix: &str, grace: &str) -> Run {
 
     let mut profile = remedy::model::profile::builtin("openstack-machine").expect("built-in");
     profile.name = "openstack-machine-conditions-kept".into();
-    profile
-        .remediation
-        .clear_status
-        .retain(|f| f != "/status/conditions");
+    // The stand-in never writes the one condition the built-in removes.
+    profile.remediation.clear_conditions.clear();
     let profile = serde_json::to_string(&profile).expect("profile");
     let config = format!(
         "namespaces: [{ns}]\nprofiles: [{profile}]\ntick: 200ms\nleader_election: {{enabled: false}}\n\

@@ -3,8 +3,8 @@
 //! BottlerocketShadow, with the upstream facts each setting rests on.
 
 use super::{
-    CAPI_PAUSED, CAPI_SKIP_REMEDIATION, FieldPaths, HoldSpec, IgnoreConditions, Profile,
-    ProfileError, RemediationSpec, ResetField, ResumeSpec,
+    CAPI_PAUSED, CAPI_SKIP_REMEDIATION, ConditionMatch, FieldPaths, HoldSpec, IgnoreConditions,
+    Profile, ProfileError, RemediationSpec, ResetField, ResumeSpec,
 };
 use serde_json::Value;
 
@@ -128,13 +128,18 @@ pub fn builtins() -> Vec<Profile> {
     // CAPO v0.15 (v1beta2) has no failure fields: it copies its server's
     // ERROR into Ready and InstanceReady False/InstanceStateError and then
     // skips the machine while Ready says so ("Not reconciling machine in
-    // failed state"), even once its server is ACTIVE. Cleared only while a
-    // condition is False; CAPO writes them again. Released after its server
-    // (`Decisions::letting_go`), or the copy comes back.
-    openstack
-        .remediation
-        .clear_status
-        .push("/status/conditions".into());
+    // failed state", v0.15.0-beta.0 openstackmachine_controller.go:358-364),
+    // even once its server is ACTIVE: only that condition goes, the others
+    // are CAPO's record. Released after its server (`Decisions::letting_go`),
+    // or the copy comes back. CAPO v0.14 (v1beta1) stops on failureReason
+    // only; its Ready summary, False/InstanceStateError beside it, goes too
+    // (the v1beta1 view of a v0.15 object has no failure fields, only this
+    // condition), and CAPO writes it again at the reconcile the cleared
+    // failureReason lets through.
+    openstack.remediation.clear_conditions = vec![ConditionMatch {
+        type_: "Ready".into(),
+        reason: Some("InstanceStateError".into()),
+    }];
     // CAPO v0.11+: the OpenStackServer is what calls Nova and Neutron. Its
     // controller (v0.14 controllers/openstackserver_controller.go) honours
     // cluster.x-k8s.io/paused on itself, sets instanceState ERROR with

@@ -176,6 +176,37 @@ pub struct RemediationSpec {
     /// call has none, and clearing it is what makes CAPO create it again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keep_if_set: Vec<String>,
+    /// Conditions the controller stops on (in the lists at
+    /// `fields.conditions`): each one `False` with the given reason is
+    /// removed alone, by a JSON patch that tests its index and content
+    /// first; every other condition is kept. Also never while a
+    /// `keep_if_set` field is set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clear_conditions: Vec<ConditionMatch>,
+}
+
+/// A condition remediation removes: of this type, `False`, and with this
+/// reason if one is given.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConditionMatch {
+    #[serde(rename = "type")]
+    pub type_: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl ConditionMatch {
+    /// Whether `condition` (one item of a conditions list) is this one.
+    pub fn matches(&self, condition: &Value) -> bool {
+        let text = |k: &str| condition.get(k).and_then(Value::as_str);
+        text("type") == Some(self.type_.as_str())
+            && text("status") == Some("False")
+            && self
+                .reason
+                .as_deref()
+                .is_none_or(|r| text("reason") == Some(r))
+    }
 }
 
 fn yes() -> bool {
@@ -190,6 +221,7 @@ impl Default for RemediationSpec {
             skip_remediation_annotation: None,
             release_clears_failure: true,
             keep_if_set: Vec::new(),
+            clear_conditions: Vec::new(),
         }
     }
 }
@@ -295,6 +327,24 @@ impl Profile {
         let r = &self.remediation;
         for p in &r.keep_if_set {
             self.check_pointer("remediation.keep_if_set", p)?;
+        }
+        if !r.clear_conditions.is_empty() {
+            if r.clear_conditions
+                .iter()
+                .any(|c| c.type_.is_empty() || c.reason.as_deref() == Some(""))
+            {
+                return Err(empty("remediation.clear_conditions"));
+            }
+            // They are removed where they are read, with the status.
+            if f.conditions.is_empty() {
+                return Err(empty("fields.conditions"));
+            }
+            if let Some(p) = f.conditions.iter().find(|p| !p.starts_with("/status/")) {
+                return Err(ProfileError::NotStatus {
+                    profile: self.name.clone(),
+                    path: p.clone(),
+                });
+            }
         }
         for p in r
             .clear_status

@@ -138,12 +138,51 @@ impl Profile {
             .map(|r| r.name.as_str())
     }
 
-    /// Whether remediation may write `clear_status` on this object now:
-    /// one of its fields is set and none of `keep_if_set` is.
+    /// Whether remediation may write `clear_status` or `clear_conditions`
+    /// on this object now: one of its fields is set or one of its
+    /// conditions is there, and none of `keep_if_set` is set.
     pub fn clearable(&self, data: &Value) -> bool {
         let set = |p: &String| data.pointer(p).is_some_and(|v| !v.is_null());
         let r = &self.remediation;
-        !r.keep_if_set.iter().any(set) && self.clear_paths(data).next().is_some()
+        !r.keep_if_set.iter().any(set)
+            && (self.clear_paths(data).next().is_some()
+                || self
+                    .condition_lists(data)
+                    .any(|(_, items)| items.iter().any(|c| self.clears_condition(c))))
+    }
+
+    /// The `clear_conditions` on this object now: the JSON pointer of each
+    /// and its content, the last of a list first, so that removing them in
+    /// this order leaves each pointer right.
+    pub fn conditions_to_clear(&self, data: &Value) -> Vec<(String, Value)> {
+        let mut out = Vec::new();
+        for (list, items) in self.condition_lists(data) {
+            for (i, c) in items.iter().enumerate().rev() {
+                if self.clears_condition(c) {
+                    out.push((format!("{list}/{i}"), c.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    fn clears_condition(&self, condition: &Value) -> bool {
+        let r = &self.remediation;
+        r.clear_conditions.iter().any(|m| m.matches(condition))
+    }
+
+    /// The conditions lists `clear_conditions` applies to, each path once.
+    fn condition_lists<'a>(
+        &'a self,
+        data: &'a Value,
+    ) -> impl Iterator<Item = (&'a String, &'a Vec<Value>)> + 'a {
+        let lists = &self.fields.conditions;
+        lists
+            .iter()
+            .enumerate()
+            .filter(|_| !self.remediation.clear_conditions.is_empty())
+            .filter(move |(i, p)| !lists[..*i].contains(p))
+            .filter_map(move |(_, p)| Some((p, data.pointer(p)?.as_array()?)))
     }
 
     /// The `clear_status` fields that hold something to clear now: set,

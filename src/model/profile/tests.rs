@@ -5,6 +5,7 @@ use crate::model::classify::Verdict;
 use crate::model::view::{PauseState, Projection};
 use chrono::Utc;
 use kube::api::DynamicObject;
+use serde_json::json;
 use std::collections::BTreeMap;
 
 use crate::testkit::sample;
@@ -586,4 +587,98 @@ fn a_capi_cluster_held_by_spec_without_resume_is_warned_with_the_stanza() {
     let w = mismatched.hold_warnings();
     assert_eq!(w.len(), 2, "{w:?}");
     assert!(w[0].contains("only true pauses"), "{w:?}");
+}
+
+/// #38.12: `clear_conditions` names conditions by type (and reason), only
+/// while False, where the profile reads its conditions, under /status.
+#[test]
+fn clear_conditions_match_false_ones_and_need_a_status_conditions_list() {
+    let parse = |extra: &str| -> Result<Profile, ProfileError> {
+        let yaml = format!("name: x\ngroup: g\nversion: v1\nkind: K\n{extra}");
+        let p: Profile = serde_yaml_ng::from_str(&yaml).map_err(|e| ProfileError::Empty {
+            profile: e.to_string(),
+            field: "yaml",
+        })?;
+        p.validate().map(|()| p)
+    };
+    let p = parse(
+        "fields: {conditions: [/status/conditions]}\n\
+         remediation: {clear_conditions: [{type: Ready, reason: Broken}, {type: Stuck}]}\n",
+    )
+    .unwrap();
+    let data = |conditions: Value| json!({"status": {"conditions": conditions}});
+    let clears = |conditions: Value| p.conditions_to_clear(&data(conditions));
+    let broken = json!({"type": "Ready", "status": "False", "reason": "Broken"});
+    assert_eq!(
+        clears(json!([{"type": "Other", "status": "False"}, broken.clone()])),
+        vec![("/status/conditions/1".to_string(), broken.clone())]
+    );
+    assert!(p.clearable(&data(json!([broken]))));
+    for kept in [
+        json!({"type": "Ready", "status": "False", "reason": "Building"}),
+        json!({"type": "Ready", "status": "True", "reason": "Broken"}),
+        json!({"type": "Stuck", "status": "Unknown"}),
+        json!({"type": "Other", "status": "False", "reason": "Broken"}),
+    ] {
+        assert!(clears(json!([kept.clone()])).is_empty(), "{kept}");
+        assert!(!p.clearable(&data(json!([kept.clone()]))), "{kept}");
+    }
+    // Any reason when none is named.
+    let stuck = json!({"type": "Stuck", "status": "False", "reason": "Whatever"});
+    assert_eq!(clears(json!([stuck.clone()])).len(), 1);
+    // keep_if_set holds them back too.
+    let mut kept = p.clone();
+    kept.remediation.keep_if_set = vec!["/status/id".into()];
+    let mut with_id = data(json!([stuck]));
+    with_id["status"]["id"] = json!("b4c1");
+    assert!(!kept.clearable(&with_id));
+
+    let err = |extra: &str| parse(extra).expect_err(extra);
+    assert!(matches!(
+        err("remediation: {clear_conditions: [{type: Ready}]}\n"),
+        ProfileError::Empty {
+            field: "fields.conditions",
+            ..
+        }
+    ));
+    assert!(matches!(
+        err(
+            "fields: {conditions: [/spec/conditions]}\nremediation: {clear_conditions: [{type: Ready}]}\n"
+        ),
+        ProfileError::NotStatus { .. }
+    ));
+    assert!(matches!(
+        err(
+            "fields: {conditions: [/status/conditions]}\nremediation: {clear_conditions: [{type: ''}]}\n"
+        ),
+        ProfileError::Empty {
+            field: "remediation.clear_conditions",
+            ..
+        }
+    ));
+    assert!(matches!(
+        err(
+            "fields: {conditions: [/status/conditions]}\nremediation: {clear_conditions: [{type: Ready, reason: ''}]}\n"
+        ),
+        ProfileError::Empty {
+            field: "remediation.clear_conditions",
+            ..
+        }
+    ));
+    // The built-in names the one CAPO v0.15 stops on, and no longer
+    // clears the whole list.
+    let osm = builtin("openstack-machine").unwrap();
+    assert_eq!(
+        osm.remediation.clear_conditions,
+        vec![ConditionMatch {
+            type_: "Ready".into(),
+            reason: Some("InstanceStateError".into())
+        }]
+    );
+    assert!(
+        !osm.remediation
+            .clear_status
+            .iter()
+            .any(|p| p == "/status/conditions")
+    );
 }
