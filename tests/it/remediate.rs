@@ -270,3 +270,151 @@ async fn dry_run_reports_the_plan_and_writes_nothing() {
         "{text}"
     );
 }
+
+/// Types of an object's `status.conditions`, in order.
+fn condition_types(o: &DynamicObject) -> Vec<String> {
+    o.data["status"]["conditions"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .map(|c| c["type"].as_str().unwrap_or("?").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A JSON patch planned from `stale` (a read that no longer matches what
+/// is stored) is refused with 422 and writes nothing.
+async fn stale_conditions_patch_is_refused(
+    api: &Api<DynamicObject>,
+    p: &remedy::model::profile::Profile,
+    stale: &DynamicObject,
+) {
+    let name = stale.metadata.name.clone().unwrap_or_default();
+    let before = api.get(&name).await.unwrap();
+    let err = api
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(step::conditions_patch(p, stale)),
+        )
+        .await
+        .expect_err("a failed test");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 422),
+        "{err}"
+    );
+    let after = api.get(&name).await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+}
+
+/// #38.12 on CAPO v0.14.7's CRD (v1beta1): remediation clears the failure
+/// fields CAPO stops on and keeps its conditions; only the Ready summary
+/// (False/InstanceStateError) goes, by a JSON patch the apiserver checks.
+#[tokio::test]
+async fn a_v1beta1_openstack_machine_keeps_its_conditions_through_remediation() {
+    let client = TestCluster::shared().client().await;
+    let ns = namespace(&client, "osm-conditions").await;
+    let mut o = sample("capo-openstackmachine-error.yaml");
+    o.data["status"]["conditions"]
+        .as_array_mut()
+        .expect("conditions")
+        .push(json!({"type": "NetworkReady", "status": "True",
+                     "lastTransitionTime": "2025-03-14T09:10:00Z"}));
+    let m = create_with_status(&client, o, &ns).await;
+    let api = api_for(&client, &m, &ns);
+    let name = m.metadata.name.clone().unwrap_or_default();
+    assert_eq!(
+        condition_types(&m),
+        ["Ready", "InstanceReady", "NetworkReady"]
+    );
+    let p = builtin("openstack-machine").unwrap();
+
+    // The guard: a read whose Ready is not where the apiserver has it.
+    let mut swapped = m.clone();
+    swapped.data["status"]["conditions"]
+        .as_array_mut()
+        .unwrap()
+        .swap(0, 1);
+    stale_conditions_patch_is_refused(&api, &p, &swapped).await;
+
+    let key = ResourceKey::new("OpenStackMachine", &ns, &name);
+    let ex = executor(client.clone(), Arc::new(Metrics::new(10)), false);
+    assert_eq!(
+        ex.run(&p, &key, &Goal::Hold(record())).await.unwrap().steps,
+        vec![Step::Hold]
+    );
+    let out = ex.run(&p, &key, &Goal::Remediate).await.unwrap();
+    assert_eq!(
+        out.steps,
+        vec![Step::ClearFailure, Step::ClearConditions, Step::Unpause]
+    );
+    let after = api.get(&name).await.unwrap();
+    let s = &after.data["status"];
+    assert!(s.get("failureReason").is_none(), "{s}");
+    assert!(s.get("failureMessage").is_none(), "{s}");
+    assert_eq!(condition_types(&after), ["InstanceReady", "NetworkReady"]);
+    assert_eq!(
+        s["conditions"][0], m.data["status"]["conditions"][1],
+        "kept as CAPO wrote it"
+    );
+    assert_eq!(s["instanceState"], "ERROR");
+    assert!(!annotations(&after).contains_key(CAPI_PAUSED));
+}
+
+/// #38.12 on CAPO v0.15.0-beta.0's CRDs (v1beta2 stored): the release
+/// removes Ready False/InstanceStateError, the one condition v0.15 stops
+/// on, and keeps every other; a plan from a stale read is refused (422).
+#[tokio::test]
+async fn a_v1beta2_openstack_machine_loses_only_the_condition_capo_stops_on() {
+    let cluster = TestCluster::start_with_crds(crate::support::CrdSet::CapoV0_15, &[]);
+    let client = cluster.client().await;
+    let ns = namespace(&client, "osm-v1beta2").await;
+    let condition = |type_: &str, status: &str, reason: &str, message: &str| {
+        json!({"type": type_, "status": status, "reason": reason, "message": message,
+               "lastTransitionTime": "2026-12-03T01:00:00Z", "observedGeneration": 1})
+    };
+    let o: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "OpenStackMachine",
+        "metadata": {"name": "m1", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+        "spec": {"flavor": {"filter": {"name": "m1.small"}},
+                 "image": {"id": "5d5e1b2c-2b76-4a4f-8d0f-2c1b9c4e7a11"}},
+        "status": {"instanceState": "ERROR", "conditions": [
+            condition("InstanceReady", "False", "InstanceStateError", "got 503 instead"),
+            condition("Ready", "False", "InstanceStateError", "got 503 instead"),
+            condition("Paused", "False", "NotPaused", ""),
+        ]},
+    }))
+    .unwrap();
+    let m = create_with_status(&client, o, &ns).await;
+    let api = api_for(&client, &m, &ns);
+    assert_eq!(condition_types(&m), ["InstanceReady", "Ready", "Paused"]);
+    let mut p = builtin("openstack-machine").unwrap();
+    p.version = "v1beta2".into();
+
+    // The guard: the condition changed since the read (same version).
+    let mut changed = m.clone();
+    changed.data["status"]["conditions"][1]["message"] = json!("got 502 instead");
+    stale_conditions_patch_is_refused(&api, &p, &changed).await;
+
+    let key = ResourceKey::new("OpenStackMachine", &ns, "m1");
+    let ex = executor(client.clone(), Arc::new(Metrics::new(10)), false);
+    assert_eq!(
+        ex.run(&p, &key, &Goal::Hold(record())).await.unwrap().steps,
+        vec![Step::Hold]
+    );
+    let held = api.get("m1").await.unwrap();
+    assert_eq!(condition_types(&held), ["InstanceReady", "Ready", "Paused"]);
+    let out = ex.run(&p, &key, &Goal::Release).await.unwrap();
+    assert_eq!(out.steps, vec![Step::ClearConditions, Step::Unpause]);
+    let after = api.get("m1").await.unwrap();
+    assert_eq!(condition_types(&after), ["InstanceReady", "Paused"]);
+    let cs = &after.data["status"]["conditions"];
+    assert_eq!(cs[0], m.data["status"]["conditions"][0]);
+    assert_eq!(cs[1], m.data["status"]["conditions"][2]);
+    assert_eq!(after.data["status"]["instanceState"], "ERROR");
+    assert!(!annotations(&after).contains_key(CAPI_PAUSED));
+}
