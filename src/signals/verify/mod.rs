@@ -95,6 +95,9 @@ impl SignalHealth {
     }
 }
 
+/// Prometheus' `global.external_labels`: name to value.
+type ExternalLabels = Arc<BTreeMap<String, String>>;
+
 pub struct Verifier {
     prom_http: SourceHttp,
     am_http: SourceHttp,
@@ -105,7 +108,7 @@ pub struct Verifier {
     /// them there would find nothing and wrongly read as cleared, or as
     /// never fired (docs/upstream-behaviour.md, "Prometheus: is an alert
     /// cleared?").
-    external_labels: Mutex<Option<(std::time::Instant, Arc<BTreeMap<String, String>>)>>,
+    external_labels: Mutex<Option<(std::time::Instant, ExternalLabels)>>,
     metrics: Arc<Metrics>,
     health: Arc<SignalHealth>,
 }
@@ -272,7 +275,7 @@ impl Verifier {
         Ok(v.is_finite().then_some(v))
     }
 
-    async fn external_labels(&self) -> Result<Arc<BTreeMap<String, String>>, SignalError> {
+    async fn external_labels(&self) -> Result<ExternalLabels, SignalError> {
         let cached = self
             .external_labels
             .lock()
