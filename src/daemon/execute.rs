@@ -67,6 +67,12 @@ pub enum ExecError {
 }
 
 impl ExecError {
+    /// The apiserver answered 429 past the slowdown gate's sends: it did not
+    /// process the write, and the shared gate already paces what follows.
+    pub fn throttled(&self) -> bool {
+        matches!(self, Self::Api { source, .. } if matches!(&**source, kube::Error::Api(ae) if ae.code == 429))
+    }
+
     /// The stable label: the `result` it is counted under.
     pub fn label(&self) -> &'static str {
         self.result().label()

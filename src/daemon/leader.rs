@@ -68,7 +68,7 @@ pub struct Timing {
     pub lease_secs: u64,
     /// kube-lease-manager renews when this much of the lease is left.
     pub grace_secs: u64,
-    /// How often the holder reads the Lease back; also that read's timeout.
+    /// How often the holder reads the Lease back.
     pub confirm_every: Duration,
     /// Taken off every confirmed deadline: covers clock skew against the
     /// other candidates (they compare their wall clock with our renewTime)
@@ -124,6 +124,30 @@ pub fn seen(lease: &Lease, identity: &str) -> Seen {
         };
     }
     Seen::Other { holder }
+}
+
+/// Whether the Lease may be taken at `now` (wall clock, as the Lease
+/// protocol compares): nobody holds it, or its holder (us included) has not
+/// renewed it within its duration. kube-lease-manager backs off up to 30 s
+/// after errors and sleeps until a live holder's expiry, so after an
+/// apiserver storm in which every renewal failed it may come back long
+/// after the Lease lapsed (#38.16); a fresh manager takes such a Lease at
+/// once. Pure.
+pub fn takeable(lease: &Lease, now: SystemTime) -> bool {
+    let Some(spec) = lease.spec.as_ref() else {
+        return true;
+    };
+    if spec.holder_identity.as_deref().is_none_or(str::is_empty) {
+        return true;
+    }
+    match (&spec.renew_time, spec.lease_duration_seconds) {
+        (Some(renewed), Some(secs)) => {
+            let secs = u64::try_from(secs).unwrap_or(0);
+            SystemTime::from(renewed.0) + Duration::from_secs(secs) < now
+        }
+        // Other candidates treat a Lease without a renewal as expired.
+        _ => true,
+    }
 }
 
 /// Why this instance does not lead right now.
@@ -393,7 +417,11 @@ pub async fn start(
         api: Api::namespaced(client, &cfg.namespace),
         name: cfg.lease_name.clone(),
         identity: identity.clone(),
-        timeout: timing.confirm_every,
+        // Longer than one read every confirm_every: a read the apiserver
+        // answers 429 waits its Retry-After (up to 1 s, the Lease lane of
+        // daemon::slowdown) and must still be able to confirm. Safe: the
+        // deadline counts from the read's start.
+        timeout: (timing.confirm_every * 3).max(crate::daemon::slowdown::LEASE_MAX_WAIT * 2),
     };
     let signals = Signals {
         wake: Arc::new(Notify::new()),
@@ -499,10 +527,26 @@ async fn elect(
             },
         };
         let (rx, task) = m.watch().await;
-        let exit = follow(rx, &leadership, &metrics, identity, &signals, &mut release).await;
+        let not_before = Instant::now() + params.timing.confirm_every.saturating_mul(3);
+        let exit = follow(
+            rx,
+            &leadership,
+            &metrics,
+            identity,
+            &signals,
+            &mut release,
+            not_before,
+        )
+        .await;
         // `follow` dropped the receiver: the manager's task clears the
         // Lease if it holds it, and ends.
-        let ended = tokio::time::timeout(RELEASE_TIMEOUT, task).await;
+        let mut task = task;
+        let ended = tokio::time::timeout(RELEASE_TIMEOUT, &mut task).await;
+        if ended.is_err() {
+            // Stuck in its error backoff: it would wake later and clear a
+            // Lease the next manager (same identity) holds by then.
+            task.abort();
+        }
         match exit {
             Exit::Release(done) => {
                 confirmer.notify_one();
@@ -521,7 +565,10 @@ async fn elect(
                 return;
             }
             Exit::Vacant => {
-                tracing::info!(identity, "the Lease has no holder: competing for it now");
+                tracing::info!(
+                    identity,
+                    "the Lease has no live holder (released or lapsed): competing for it now"
+                );
             }
             Exit::ManagerStopped => {
                 // The lease task ended: stop acting rather than guess.
@@ -543,13 +590,17 @@ struct LeaseReader {
 }
 
 impl LeaseReader {
-    async fn read(&self) -> Result<Seen, ConfirmError> {
+    /// What the Lease says about us, and whether it may be taken now.
+    async fn read(&self) -> Result<(Seen, bool), ConfirmError> {
         // Bounded: kube has no read timeout, and a partition makes requests
         // hang rather than fail.
         let lease = tokio::time::timeout(self.timeout, self.api.get(&self.name))
             .await
             .map_err(|_| ConfirmError::Timeout(self.timeout))??;
-        Ok(seen(&lease, &self.identity))
+        Ok((
+            seen(&lease, &self.identity),
+            takeable(&lease, SystemTime::now()),
+        ))
     }
 }
 
@@ -564,9 +615,10 @@ async fn confirm(reader: LeaseReader, leadership: Leadership, every: Duration, s
             () = signals.wake.notified() => {}
         }
         if !leadership.with_claim(|h| h.elected()).unwrap_or(false) {
-            // A follower looks for a released Lease, which its lease
-            // manager would only notice at the old holder's expiry.
-            if let Ok(Seen::Other { holder: None }) = reader.read().await {
+            // A follower looks for a released or lapsed Lease, which its
+            // lease manager would only notice at the old holder's expiry,
+            // or after its own error backoff.
+            if let Ok((_, true)) = reader.read().await {
                 signals.vacant.notify_one();
             }
             continue;
@@ -576,8 +628,13 @@ async fn confirm(reader: LeaseReader, leadership: Leadership, every: Duration, s
         let started = Instant::now();
         let started_wall = SystemTime::now();
         match reader.read().await {
-            Ok(s) => {
+            Ok((s, takeable)) => {
                 leadership.with_claim(|h| h.observe(started, started_wall, s));
+                if takeable {
+                    // Elected, yet the Lease lapsed: the manager's renewals
+                    // failed and it is backing off.
+                    signals.vacant.notify_one();
+                }
             }
             Err(e) => {
                 tracing::debug!(error = %e, label = e.label(), "lease hold not confirmed");
@@ -597,6 +654,7 @@ async fn follow(
     identity: &str,
     signals: &Signals,
     release: &mut oneshot::Receiver<ReleaseRequest>,
+    not_before: Instant,
 ) -> Exit {
     let elected = *rx.borrow_and_update();
     leadership.with_claim(|h| h.set_elected(elected));
@@ -627,7 +685,9 @@ async fn follow(
                 Err(_) => return Exit::ManagerStopped,
             },
             () = signals.vacant.notified() => {
-                if !leadership.with_claim(|h| h.elected()).unwrap_or(true) {
+                // Not leading, and the Lease can be taken: a new manager
+                // takes it now. At most one restart per `restart_gap`.
+                if !leadership.is_leader() && Instant::now() >= not_before {
                     return Exit::Vacant;
                 }
             }
@@ -872,6 +932,21 @@ mod tests {
             }),
             ..Lease::default()
         }
+    }
+
+    #[test]
+    fn a_lease_is_takeable_when_vacant_or_lapsed_whoever_held_it() {
+        let now = SystemTime::now();
+        let ten_ago = now - 10 * S;
+        assert!(takeable(&lease(None, None, None), now));
+        assert!(takeable(&lease(Some(""), Some(now), Some(15)), now));
+        assert!(!takeable(&lease(Some("b"), Some(ten_ago), Some(15)), now));
+        assert!(takeable(&lease(Some("b"), Some(ten_ago), Some(6)), now));
+        assert!(
+            takeable(&lease(Some("me"), Some(ten_ago), Some(6)), now),
+            "ours, lapsed"
+        );
+        assert!(takeable(&lease(Some("b"), None, Some(15)), now));
     }
 
     #[test]

@@ -179,7 +179,8 @@ async fn a_switch_that_cannot_be_read_stops_every_write_and_readyz_says_why() {
         .await
         .expect("create the switch");
     let dir = tempfile::tempdir().expect("tmp");
-    let kubeconfig = impersonating(&cluster.kubeconfig, crate::rbac::SA, dir.path());
+    let kubeconfig =
+        crate::support::impersonating(&cluster.kubeconfig, crate::rbac::SA, dir.path());
     let remedy = Remedy::serve_with_kubeconfig(
         &kubeconfig,
         &format!(
@@ -217,17 +218,4 @@ async fn a_switch_that_cannot_be_read_stops_every_write_and_readyz_says_why() {
         "{}",
         remedy.log_tail()
     );
-}
-
-/// A copy of `kubeconfig` whose user acts as `user` (impersonation).
-fn impersonating(kubeconfig: &Path, user: &str, dir: &Path) -> std::path::PathBuf {
-    let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
-    let mut kc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("yaml");
-    let users = kc["users"].as_sequence_mut().expect("users");
-    for u in users {
-        u["user"]["as"] = serde_yaml_ng::Value::String(user.to_string());
-    }
-    let path = dir.join("kubeconfig");
-    std::fs::write(&path, serde_yaml_ng::to_string(&kc).expect("yaml")).expect("write");
-    path
 }

@@ -24,7 +24,12 @@ pub(crate) const SA: &str = "system:serviceaccount:remedy-system:remedy";
 /// Applies the RBAC manifests exactly as committed (server-side apply).
 pub(crate) async fn apply_rbac(client: &Client) {
     static DONE: OnceCell<()> = OnceCell::const_new();
-    DONE.get_or_init(|| async {
+    DONE.get_or_init(|| apply_rbac_to(client)).await;
+}
+
+/// [`apply_rbac`] on any cluster (a private one), every time.
+pub(crate) async fn apply_rbac_to(client: &Client) {
+    {
         let discovery = kube::Discovery::new(client.clone())
             .run()
             .await
@@ -50,8 +55,7 @@ pub(crate) async fn apply_rbac(client: &Client) {
                     .unwrap_or_else(|e| panic!("apply {file}: {e}"));
             }
         }
-    })
-    .await;
+    }
 }
 
 async fn can_i(

@@ -453,6 +453,13 @@ impl Engine {
                         // again within the note pace.
                         tracing::debug!(resource = %key, error = %e, "note not written");
                     }
+                    Err(e) if e.throttled() => {
+                        // The apiserver's 429, past the gate's sends: no
+                        // backoff of its own (it would outlast the storm
+                        // by minutes, #38.16); the gate paces the next try.
+                        self.state.locked().planned_at_rv.remove(&key);
+                        tracing::info!(resource = %key, goal = goal.label(), "goal throttled by the apiserver; planned again behind the 429 gate");
+                    }
                     Err(crate::daemon::execute::ExecError::Paused { .. }) => {
                         // Not a failure: planned again once the switch is
                         // cleared, with no backoff to serve.

@@ -4,7 +4,7 @@
 //! the layer sends it again once the gate opens (kube's own retry, which
 //! retried each request on its own, is turned off in `kube_client`).
 
-use super::{Admit, Policy, Slowdown, parse_retry_after};
+use super::{Admit, LEASE_MAX_SENDS, Policy, Slowdown, is_lease, lease_wait, parse_retry_after};
 use crate::sync::LockExt;
 use axum::http::{Request, Response, StatusCode, header::RETRY_AFTER};
 use futures::future::BoxFuture;
@@ -23,7 +23,7 @@ pub type KubeService = BoxService<Request<Body>, Response<Box<DynBody>>, BoxErro
 type KubeFuture = <KubeService as Service<Request<Body>>>::Future;
 
 /// Sends of one request, the first included; then its 429 goes to the caller.
-/// With waits of 1, 2, 4, ... 30 s that is about 3 minutes.
+/// With waits of 1, 2, 4, 8, 10 s ... that is about a minute.
 const MAX_SENDS: u32 = 10;
 /// Requests queued for the inner service (as `kube::Client`'s own buffer).
 const BUFFER: usize = 1024;
@@ -90,10 +90,14 @@ async fn send(
     layer: SlowdownLayer,
     mut req: Request<Body>,
 ) -> Result<Response<Box<DynBody>>, BoxError> {
+    let lease = is_lease(req.uri().path());
+    let max_sends = if lease { LEASE_MAX_SENDS } else { MAX_SENDS };
     let mut sends = 1;
     loop {
-        layer.admitted().await;
-        let again = (sends < MAX_SENDS).then(|| copy(&req)).flatten();
+        if !lease {
+            layer.admitted().await;
+        }
+        let again = (sends < max_sends).then(|| copy(&req)).flatten();
         let res = inner.ready().await?.call(req).await?;
         if res.status() != StatusCode::TOO_MANY_REQUESTS {
             layer.state.locked().succeeded();
@@ -110,6 +114,11 @@ async fn send(
             .throttled(now(), retry_after, rand::random());
         layer.observer.throttled.inc();
         layer.observer.backoff.set(wait.as_secs_f64());
+        // The 429 still closes the gate for the others; a Lease request
+        // waits on its own short clock (super::is_lease says why).
+        if lease && again.is_some() {
+            tokio::time::sleep(lease_wait(retry_after, rand::random())).await;
+        }
         match again {
             Some(next) => {
                 tracing::debug!(
@@ -258,5 +267,40 @@ mod tests {
         assert_eq!(seen.load(Ordering::SeqCst), MAX_SENDS as usize);
         assert_eq!(obs.throttled.get(), u64::from(MAX_SENDS));
         assert!(obs.backoff.get() > 0.0);
+    }
+
+    #[tokio::test]
+    async fn a_lease_request_passes_a_closed_gate_and_gives_up_early() {
+        const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/remedy";
+        let seen = Arc::new(AtomicUsize::new(0));
+        // A long gate: 20 s after each 429, whatever Retry-After says.
+        let layer = SlowdownLayer::new(fast(20_000, 30_000), Observer::default());
+        let mut svc = layer.layer(refusing(1, seen.clone()));
+        let other = tokio::spawn(svc.call(get("/api/v1/namespaces/ns/configmaps/x")));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            1,
+            "the other request got the 429"
+        );
+        // The gate is closed for 20 s; the Lease renewal goes at once.
+        let t0 = std::time::Instant::now();
+        let res = svc.call(get(LEASE)).await.expect("lease");
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+        other.abort();
+
+        // Refused every time: Retry-After (1 s) honoured, at most
+        // LEASE_MAX_SENDS sends, then the 429 goes to the election.
+        let seen = Arc::new(AtomicUsize::new(0));
+        let layer = SlowdownLayer::new(fast(20_000, 30_000), Observer::default());
+        let mut svc = layer.layer(refusing(usize::MAX, seen.clone()));
+        let t0 = std::time::Instant::now();
+        let res = svc.call(get(LEASE)).await.expect("lease");
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(seen.load(Ordering::SeqCst), LEASE_MAX_SENDS as usize);
+        let took = t0.elapsed();
+        assert!(took >= Duration::from_secs(2), "{took:?}");
+        assert!(took < Duration::from_secs(3), "{took:?}");
     }
 }

@@ -1,8 +1,9 @@
 //! "The apiserver said slow down": one state shared by every request remedy
-//! sends to the apiserver (Lease, episode record, executor writes, watches).
+//! sends to the apiserver (episode record, executor writes, watches; the
+//! Lease has a lane of its own, [`is_lease`]).
 //! A 429 closes the gate for its `Retry-After` (at least 1 s; 1 s doubling
 //! while the requests sent after each wait are refused again, capped at
-//! 30 s; plus jitter so replicas do not return in step), for every client at
+//! 10 s; plus jitter so replicas do not return in step), for every client at
 //! once: each retrying on its own is what kept remedy at ~10 requests/s
 //! through a storm (#22.8). When the gate opens, requests are spaced by a
 //! rate that starts low and doubles each second, so the waiting clients do
@@ -34,7 +35,9 @@ impl Default for Policy {
     fn default() -> Self {
         Self {
             min_wait: Duration::from_secs(1),
-            max_wait: Duration::from_secs(30),
+            // Not 30 s: holds and releases that wait at the gate must be
+            // written within 20 s of a storm's end (#38.16).
+            max_wait: Duration::from_secs(10),
             jitter: 0.2,
             start_rate: 2.0,
             full_rate: 32.0,
@@ -146,6 +149,33 @@ impl Slowdown {
     }
 }
 
+/// Leader election's requests (coordination.k8s.io Leases) keep a lane of
+/// their own: a renewal that waits behind the shared gate (up to 10 s)
+/// outlives the Lease, and then no replica leads until long after the
+/// apiserver answers again (#38.16: 30 s after a 40 s storm, none did).
+/// They are one request a second or less, so they skip the gate and its
+/// ramp, and after a 429 wait what `Retry-After` says, within
+/// [`LEASE_MIN_WAIT`]..[`LEASE_MAX_WAIT`], for at most [`LEASE_MAX_SENDS`]
+/// sends: then the error goes to the election, which decides.
+pub fn is_lease(path: &str) -> bool {
+    path.starts_with("/apis/coordination.k8s.io/")
+}
+
+pub const LEASE_MIN_WAIT: Duration = Duration::from_millis(250);
+/// Well below the shortest lease remedy accepts (2 s).
+pub const LEASE_MAX_WAIT: Duration = Duration::from_secs(1);
+pub const LEASE_MAX_SENDS: u32 = 3;
+
+/// How long a Lease request waits after a 429 (`jitter_unit` in 0..1 adds
+/// up to a fifth, so replicas do not return in step).
+pub fn lease_wait(retry_after: Option<Duration>, jitter_unit: f64) -> Duration {
+    retry_after
+        .unwrap_or(LEASE_MIN_WAIT)
+        .clamp(LEASE_MIN_WAIT, LEASE_MAX_WAIT)
+        .mul_f64(1.0 + 0.2 * jitter_unit.clamp(0.0, 1.0))
+        .min(LEASE_MAX_WAIT)
+}
+
 /// start_rate·2^seconds since the gate opened.
 fn ramp_rate(p: &Policy, since_open: Duration) -> f64 {
     p.start_rate * 2f64.powf(since_open.as_secs_f64().min(64.0))
@@ -185,6 +215,22 @@ mod tests {
     }
 
     #[test]
+    fn lease_requests_wait_what_retry_after_says_within_their_short_bounds() {
+        assert!(is_lease(
+            "/apis/coordination.k8s.io/v1/namespaces/remedy-system/leases/remedy"
+        ));
+        assert!(!is_lease("/api/v1/namespaces/remedy-system/configmaps/x"));
+        assert_eq!(lease_wait(Some(S), 0.0), S);
+        assert_eq!(lease_wait(Some(30 * S), 0.0), LEASE_MAX_WAIT, "capped");
+        assert_eq!(lease_wait(None, 0.0), LEASE_MIN_WAIT);
+        assert_eq!(lease_wait(Some(Duration::ZERO), 0.0), LEASE_MIN_WAIT);
+        let jittered = lease_wait(None, 1.0);
+        assert!(jittered > LEASE_MIN_WAIT && jittered <= LEASE_MAX_WAIT);
+        // A whole retry sequence stays far inside the shortest lease.
+        assert!(LEASE_MAX_WAIT * LEASE_MAX_SENDS < Duration::from_secs(4));
+    }
+
+    #[test]
     fn without_429s_everything_goes() {
         let t0 = Instant::now();
         let mut s = no_jitter();
@@ -210,7 +256,7 @@ mod tests {
         let mut s = no_jitter();
         assert_eq!(
             s.throttled(t0, Some(Duration::from_secs(3600)), 0.0),
-            30 * S
+            10 * S
         );
         let mut s = no_jitter();
         assert_eq!(s.throttled(t0, Some(Duration::ZERO), 0.0), S);
@@ -231,7 +277,7 @@ mod tests {
         }
         // Retry-After 1 s is honoured as a floor; the apiserver refusing
         // the request sent after each wait doubles it.
-        assert_eq!(waits, vec![1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(waits, vec![1, 2, 4, 8, 10, 10, 10]);
         s.succeeded();
         assert_eq!(s.throttled(t, Some(S), 0.0), S);
     }
@@ -309,9 +355,9 @@ mod tests {
             }
             t += Duration::from_millis(10);
         }
-        // At 0, 1, 3, 7, 15 and 31 s: 6 requests in a minute, not one per
-        // client per second.
-        assert_eq!(sent, 6);
+        // At 0, 1, 3, 7, 15, 25, 35, 45 and 55 s: 9 requests in a minute,
+        // not one per client per second.
+        assert_eq!(sent, 9);
     }
 
     #[test]

@@ -464,3 +464,16 @@ pub fn sample(text: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.rsplit_once(' ').filter(|(n, _)| *n == series))
         .and_then(|(_, v)| v.parse().ok())
 }
+
+/// A copy of `kubeconfig` whose user acts as `user` (impersonation).
+pub fn impersonating(kubeconfig: &Path, user: &str, dir: &Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
+    let mut kc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    let users = kc["users"].as_sequence_mut().expect("users");
+    for u in users {
+        u["user"]["as"] = serde_yaml_ng::Value::String(user.to_string());
+    }
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, serde_yaml_ng::to_string(&kc).expect("yaml")).expect("write");
+    path
+}
