@@ -67,6 +67,15 @@ pub struct BuiltinOverride {
     /// (which pauses every object of the Cluster) with its `resume`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<profile::HoldSpec>,
+    /// Whether the controller retries a transient failure by itself. The
+    /// built-ins say what the released controllers do (CAPO up to
+    /// v0.15.0-beta.0 gives up on a server in ERROR: remedy retries it,
+    /// `remediation.retry`); `true` for a build that retries (CAPO main
+    /// after PR #3300, which writes nothing on its retries, so remedy
+    /// cannot see them): remedy then adds none. `false` asks remedy to
+    /// retry where the built-in does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller_retries: Option<bool>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -840,6 +849,13 @@ impl Config {
                     p.label_selector = o.label_selector.clone().or(p.label_selector);
                     if let Some(h) = &o.hold {
                         p.hold = Some(h.clone());
+                    }
+                    match o.controller_retries {
+                        Some(true) => p.remediation.retry = None,
+                        Some(false) if p.remediation.retry.is_none() => {
+                            p.remediation.retry = Some(profile::RetrySpec::default());
+                        }
+                        _ => {}
                     }
                     p
                 }

@@ -316,7 +316,7 @@ impl Executor {
                     self.event(profile, &updated, goal, step).await;
                     steps.push(step);
                     conflicts = 0;
-                    if step.ends_goal() {
+                    if step.ends(profile, goal) {
                         return Ok(Outcome {
                             steps,
                             done: Done::Complete,
@@ -560,6 +560,10 @@ impl Executor {
                 "remedy reset crash counters after the outage cleared",
             ),
             Step::Note => ("Waiting", "remedy updated its note on why this is held"),
+            Step::MarkRetry => (
+                "Retrying",
+                "its controller gave up on a transient failure: remedy retries it (crash count and time in remedy.dev/crash-count and failure-time, why in remedy.dev/why)",
+            ),
         }
     }
 }

@@ -29,6 +29,10 @@ pub struct Entry {
     /// its failure signals predate that write and are stale until someone
     /// else writes the object.
     pub own_write: Option<Instant>,
+    /// When this store last saw a version someone other than remedy wrote
+    /// (the first sight after a start counts): how long its controller has
+    /// been silent ([`crate::model::profile::RetrySpec::quiet`]).
+    pub written_at: Instant,
 }
 
 impl Entry {
@@ -263,6 +267,7 @@ impl Store {
             view: projection.view,
             verdict,
             own_write: None,
+            written_at: Instant::now(),
         };
         // Judged under the lock the entry is stored with: `end_write` judges
         // the stored entry again under it, so a version judged while a
@@ -275,6 +280,13 @@ impl Store {
                 Author::Other => None,
             };
             let own = entry.own_write.is_some();
+            // remedy's own write, or the same version again (a relist), is
+            // no sign of its controller.
+            if let Some(old) = inner.entries.get(&key)
+                && (own || old.view.resource_version == entry.view.resource_version)
+            {
+                entry.written_at = old.written_at;
+            }
             self.store_locked(&mut inner, key.clone(), entry);
             own
         };

@@ -124,6 +124,11 @@ pub struct Fact {
     pub verified: bool,
     /// Remediation has something to write (failure fields, counters).
     pub has_work: bool,
+    /// Its controller gave up on it (`remediation.retry`: what stops the
+    /// controller is set, and nobody but remedy has written it for
+    /// `quiet`): remedy retries it once its backoff has passed, outside
+    /// any outage.
+    pub stuck: bool,
     /// Its owner under `budget.per` (`namespace/name`), if it names one.
     pub owner: Option<Arc<str>>,
     /// The owner whose hold it follows (`hold.with_owner`), as
@@ -141,6 +146,9 @@ pub enum Action {
     Release,
     /// Clear failure status, reset counters, undo our hold.
     Remediate,
+    /// Its controller gave up on a transient failure: record the attempt
+    /// and clear what stops it, so it tries again (never held).
+    Retry,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -489,7 +497,15 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 });
                 return;
             }
-            (f.verified && transient && !in_firing && f.has_work).then_some(Action::Remediate)
+            if f.verified && transient && !in_firing && f.has_work {
+                Some(Action::Remediate)
+            } else if f.stuck && transient && !in_firing && !open_before {
+                // Outside any outage: an open breaker or a firing alert
+                // holds instead (above), or, where it cannot hold, waits.
+                Some(Action::Retry)
+            } else {
+                None
+            }
         } else if in_firing {
             None
         } else if f.pause == Pause::Domain && open_before {

@@ -53,6 +53,7 @@ fn fact(domain: &Arc<str>, pause: Pause, failing: bool, crash: u32) -> Fact {
         firing: None,
         verified: false,
         has_work: true,
+        stuck: false,
         owner: None,
         owner_held: None,
         followed_held: false,
@@ -711,4 +712,75 @@ fn hold_domain_stays_open_while_the_cloud_is_down_past_the_cooldown() {
     assert!(with_domain.iter().all(|(t, ..)| *t >= closed_at));
     assert!(pace_at_close.is_some());
     assert_eq!(pace_after, pace_at_close, "paced by healthy domain holds");
+}
+
+/// #39.1: a resource its controller gave up on (stuck), outside any outage,
+/// is retried once its backoff has passed, through the budget; in an open
+/// domain it is held instead, while an alert fires it is left to the alert,
+/// and one that is not stuck, or not failing, is never retried.
+#[test]
+fn a_stuck_resource_is_retried_after_its_backoff_only_outside_an_outage() {
+    let mut core: Core<u32> = Core::new(cfg(false));
+    let d = core.domain("a");
+    let stuck = |crash, wait: u64| Fact {
+        stuck: true,
+        backoff_remaining: Duration::from_secs(wait),
+        ..fact(&d, Pause::No, true, crash)
+    };
+    // One stuck among ten healthy: the breaker stays closed.
+    let mut facts: Vec<(u32, Fact)> = (10..20)
+        .map(|i| (i, fact(&d, Pause::No, false, 0)))
+        .collect();
+    facts.push((1, stuck(0, 0)));
+    facts.push((2, stuck(2, 30)));
+    facts.push((3, fact(&d, Pause::No, true, 0))); // failing, not stuck
+    facts.push((
+        4,
+        Fact {
+            firing: Some("CloudAPIDegraded".into()),
+            ..stuck(0, 0)
+        },
+    ));
+    let out = core.tick(Duration::from_secs(1), LEAD, facts.clone());
+    assert!(out.changed.is_empty(), "{:?}", out.changed);
+    assert!(out.holds.iter().all(|h| h.key == 4), "{:?}", out.holds);
+    assert_eq!(out.actions, vec![(1, Action::Retry)]);
+    assert!(
+        out.waiting
+            .iter()
+            .any(|(k, w)| *k == 2 && *w == WaitReason::Backoff),
+        "{:?}",
+        out.waiting
+    );
+    // A follower or a paused leader retries nothing.
+    let mut follower: Core<u32> = Core::new(cfg(false));
+    let out = follower.tick(
+        Duration::from_secs(1),
+        Context {
+            leader: false,
+            ..LEAD
+        },
+        facts,
+    );
+    assert!(out.actions.is_empty());
+
+    // In an open domain the same stuck resource is held, not retried.
+    let mut core: Core<u32> = Core::new(cfg(false));
+    let d = core.domain("a");
+    let outage: Vec<(u32, Fact)> = (1..5)
+        .map(|i| {
+            (
+                i,
+                Fact {
+                    stuck: true,
+                    ..fact(&d, Pause::No, true, 0)
+                },
+            )
+        })
+        .collect();
+    let first = core.tick(Duration::from_secs(1), LEAD, outage.clone());
+    assert!(first.actions.is_empty(), "opens on this sample: {first:?}");
+    let second = core.tick(Duration::from_secs(2), LEAD, outage);
+    assert_eq!(second.holds.len(), 4, "{second:?}");
+    assert!(second.actions.is_empty(), "{:?}", second.actions);
 }

@@ -463,8 +463,14 @@ mod tests {
         use crate::decide::episodes::Refusal;
         use crate::remediate::step::{Goal, Step};
         use crate::signals::AlertStatus;
-        let goals = [Goal::Release, Goal::Remediate];
+        let retry = Goal::Retry(crate::remediate::step::RetryMark {
+            crash_count: 1,
+            at: chrono::DateTime::<chrono::Utc>::MIN_UTC,
+            note: String::new(),
+        });
+        let goals = [Goal::Release, Goal::Remediate, retry];
         let steps = [
+            Step::MarkRetry,
             Step::Hold,
             Step::SetSkipRemediation,
             Step::ClearFailure,

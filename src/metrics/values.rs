@@ -124,6 +124,7 @@ pub const ACTIONS: &[&str] = &[
     "remediate",
     "resume",
     "note",
+    "retry",
 ];
 /// The `alert` of `remedy_episodes_refused_total` for an alert name that is
 /// not configured (one read from the episode record): names from there are

@@ -149,6 +149,28 @@ impl Why<'_> {
     }
 }
 
+/// The note of a resource remedy retried because its controller gave up
+/// (`remediation.retry`): when, which attempt, and who retries next.
+pub fn retried(
+    at: DateTime<Utc>,
+    attempt: u32,
+    quiet: std::time::Duration,
+    next: Option<DateTime<Utc>>,
+) -> String {
+    let next = match next {
+        Some(t) => format!(
+            "if it fails again, remedy retries it at {} at the earliest",
+            t.to_rfc3339_opts(SecondsFormat::Secs, true)
+        ),
+        None => "if it fails again, remedy retries it after its backoff".to_string(),
+    };
+    format!(
+        "retried by remedy at {} (attempt {attempt}): its controller gave up on a transient failure and wrote nothing for {}; {next}, unless an outage holds it. `remedy explain` says more.",
+        at.to_rfc3339_opts(SecondsFormat::Secs, true),
+        humantime::format_duration(quiet)
+    )
+}
+
 /// A digest of a note's text, never 0 (0 is "no note"), to tell a changed
 /// note from the one on the object without keeping its text per object.
 pub fn digest(text: &str) -> u64 {

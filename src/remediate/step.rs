@@ -28,6 +28,20 @@ pub enum Goal {
     /// Write remedy's note (`remedy.dev/why`) on a resource it holds; never
     /// on one it does not.
     Note(String),
+    /// Its controller gave up on a transient failure
+    /// (`remediation.retry`): record the attempt (remedy's crash count and
+    /// failure time, its note), then clear what stops the controller, so it
+    /// tries again. Never on a resource that is held.
+    Retry(RetryMark),
+}
+
+/// What a retry records on the object: the attempt's number (one more than
+/// its crash count when planned) and time, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetryMark {
+    pub crash_count: u32,
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub note: String,
 }
 
 impl Goal {
@@ -37,6 +51,7 @@ impl Goal {
             Self::Release => "release",
             Self::Remediate => "remediate",
             Self::Note(_) => "note",
+            Self::Retry(_) => "retry",
         }
     }
 }
@@ -55,6 +70,8 @@ pub enum Step {
     Unpause,
     /// Writes the note of a held resource.
     Note,
+    /// Records a retry (`Goal::Retry`): crash count, failure time, note.
+    MarkRetry,
 }
 
 impl Step {
@@ -70,6 +87,7 @@ impl Step {
                 _ => "unpause",
             },
             Self::Note => "note",
+            Self::MarkRetry => "retry",
         }
     }
 
@@ -93,6 +111,26 @@ impl Step {
     /// not a failure for the same goal to clear again. A note is one write.
     pub fn ends_goal(&self) -> bool {
         matches!(self, Self::Unpause | Self::Note)
+    }
+
+    /// Whether `goal` ends with this write. A retry ends with its clear
+    /// (or the skip-remediation it wrapped the clear in): from there the
+    /// object is its controller's, and a quick new failure is the retry's
+    /// answer, not something for the same goal to clear again.
+    pub fn ends(&self, profile: &Profile, goal: &Goal) -> bool {
+        match goal {
+            Goal::Retry(_) => match self {
+                // The conditions come after the fields, if any are named.
+                Self::ClearFailure => {
+                    profile.remediation.skip_remediation_annotation.is_none()
+                        && profile.remediation.clear_conditions.is_empty()
+                }
+                Self::ClearConditions => profile.remediation.skip_remediation_annotation.is_none(),
+                Self::RemoveSkipRemediation => true,
+                _ => false,
+            },
+            _ => self.ends_goal(),
+        }
     }
 }
 
@@ -174,6 +212,24 @@ pub fn next_step(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> Result<
                 .and_then(|a| a.get(WHY_ANNOTATION));
             if ours && current != Some(text) {
                 Ok(Step::Note)
+            } else {
+                Err(Done::Complete)
+            }
+        }
+        Goal::Retry(mark) => {
+            // Held meanwhile: the hold decides now.
+            if ours {
+                return Err(Done::Complete);
+            }
+            // Recorded once: the attempt's time says it is this one.
+            if view.failure_time != Some(mark.at) || view.crash_count != Some(mark.crash_count) {
+                return Ok(Step::MarkRetry);
+            }
+            let needs = Clear::of(profile, obj);
+            if let Some(step) = clear_step(profile, needs, view.skip_remediation) {
+                Ok(step)
+            } else if view.skip_remediation == Owner::Remedy {
+                Ok(Step::RemoveSkipRemediation)
             } else {
                 Err(Done::Complete)
             }
@@ -310,6 +366,21 @@ pub fn patch(profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) ->
         Step::RemoveSkipRemediation => {
             let mut a = Map::new();
             a.insert(skip_key, Value::Null);
+            meta(Value::Object(a))
+        }
+        Step::MarkRetry => {
+            let mut a = Map::new();
+            if let Goal::Retry(m) = goal {
+                a.insert(
+                    CRASH_ANNOTATION.into(),
+                    Value::from(m.crash_count.to_string()),
+                );
+                a.insert(
+                    FAILURE_TIME_ANNOTATION.into(),
+                    Value::from(m.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                );
+                a.insert(WHY_ANNOTATION.into(), Value::from(m.note.as_str()));
+            }
             meta(Value::Object(a))
         }
         Step::ClearFailure => {
@@ -489,7 +560,7 @@ pub fn all_steps(profile: &Profile, obj: &DynamicObject, goal: &Goal) -> (Vec<St
             Ok(step) => {
                 let body = patch(profile, &cur, goal, step);
                 steps.push(step);
-                if step.ends_goal() {
+                if step.ends(profile, goal) {
                     break;
                 }
                 match apply_locally(&cur, &body) {
@@ -927,6 +998,72 @@ mod tests {
     /// CAPO's OpenStackServer: an ERROR from a failed create (no
     /// instanceID) is cleared on release, so CAPO creates the server again;
     /// one Nova reports (an instanceID) is never touched, only unpaused.
+    /// #39.1: a retry records the attempt once (crash count, time, note),
+    /// then clears what stops the controller and ends there; a held
+    /// resource, or Nova's own ERROR (an instanceID), is not retried.
+    #[test]
+    fn a_retry_marks_the_attempt_once_then_clears_and_ends() {
+        let p = builtin("openstack-server").unwrap();
+        let at = chrono::DateTime::parse_from_rfc3339("2026-12-07T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let goal = Goal::Retry(RetryMark {
+            crash_count: 3,
+            at,
+            note: "retried by remedy".into(),
+        });
+        let server = |annotations: Value, status: Value| {
+            obj(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "OpenStackServer",
+                "metadata": {"name": "s", "namespace": "d", "resourceVersion": "1", "annotations": annotations},
+                "status": status
+            }))
+        };
+        let failed = json!({"instanceState": "ERROR", "conditions": [
+            {"type": "InstanceReady", "status": "False", "reason": "InstanceCreateFailed", "message": "got 503 instead"}
+        ]});
+        let s = server(json!({CRASH_ANNOTATION: "2"}), failed.clone());
+        let (steps, done) = all_steps(&p, &s, &goal);
+        assert_eq!(steps, vec![Step::MarkRetry, Step::ClearFailure]);
+        assert_eq!(done, Done::Complete);
+        assert!(Step::ClearFailure.ends(&p, &goal) && !Step::MarkRetry.ends(&p, &goal));
+        let body = patch(&p, &s, &goal, Step::MarkRetry);
+        let a = &body["metadata"]["annotations"];
+        assert_eq!(a[CRASH_ANNOTATION], "3");
+        assert_eq!(a[FAILURE_TIME_ANNOTATION], "2026-12-07T10:00:00Z");
+        assert_eq!(a[WHY_ANNOTATION], "retried by remedy");
+        assert_eq!(body["metadata"]["resourceVersion"], "1");
+        // Marked already (the goal ran again after a failed clear): not
+        // counted twice.
+        let marked = server(
+            json!({CRASH_ANNOTATION: "3", FAILURE_TIME_ANNOTATION: "2026-12-07T10:00:00Z"}),
+            failed.clone(),
+        );
+        assert_eq!(all_steps(&p, &marked, &goal).0, vec![Step::ClearFailure]);
+        // Held meanwhile, or Nova's own ERROR: nothing.
+        let held_now = held(&p, &s);
+        assert_eq!(all_steps(&p, &held_now, &goal), (vec![], Done::Complete));
+        let real = server(
+            json!({CRASH_ANNOTATION: "3", FAILURE_TIME_ANNOTATION: "2026-12-07T10:00:00Z"}),
+            json!({"instanceState": "ERROR", "instanceID": "b4c1"}),
+        );
+        assert_eq!(all_steps(&p, &real, &goal), (vec![], Done::Complete));
+        // Behind a skip-remediation guard (a custom Machine profile), the
+        // goal ends once the guard it set is gone again.
+        let mut m = builtin("capi-machine").unwrap();
+        m.remediation.retry = Some(crate::model::profile::RetrySpec::default());
+        let steps = all_steps(&m, &failed_machine(json!({})), &goal).0;
+        assert_eq!(
+            steps,
+            vec![
+                Step::MarkRetry,
+                Step::SetSkipRemediation,
+                Step::ClearFailure,
+                Step::RemoveSkipRemediation
+            ]
+        );
+    }
+
     #[test]
     fn a_server_error_from_a_failed_create_is_cleared_and_novas_own_is_kept() {
         let p = builtin("openstack-server").unwrap();

@@ -7,6 +7,8 @@ use crate::decide::release::WaitReason;
 use crate::decide::resets::Undone;
 use crate::decide::{BreakerState, Decisions, HoldOrder};
 use crate::metrics::values::OverwriteResult;
+use crate::remediate::step::RetryMark;
+use chrono::Timelike;
 
 /// Waiting reason of a resource whose goal failed and waits its backoff.
 const RETRY: &str = "retry";
@@ -242,6 +244,7 @@ impl Engine {
                     verified: episodes.targets(key)
                         && verified.iter().any(|s| s.matches(key, &e.view)),
                     has_work: profile.is_some_and(|p| has_work(p, e)),
+                    stuck: profile.is_some_and(|p| stuck(p, e, fresh)),
                     owner,
                     owner_held,
                     followed_held: followed_held.contains(key),
@@ -420,6 +423,10 @@ impl Engine {
             let goal = match action {
                 Action::Release => Goal::Release,
                 Action::Remediate => Goal::Remediate,
+                Action::Retry => match self.retry_mark(&key, wall) {
+                    Some(mark) => Goal::Retry(mark),
+                    None => continue,
+                },
             };
             let rv = self
                 .deps
@@ -444,6 +451,27 @@ impl Engine {
                     .inc();
             }
         }
+    }
+
+    /// The attempt a retry records: one more than its crash count (as the
+    /// engine counts it, `backoff.quiet_window` applied), now, and a note
+    /// that says when remedy retries next if this one fails too.
+    fn retry_mark(&self, key: &ResourceKey, wall: DateTime<Utc>) -> Option<RetryMark> {
+        let e = self.deps.store.get(key)?;
+        let profile = self.deps.profiles.get(e.profile)?;
+        let quiet = profile.remediation.retry.as_ref()?.quiet;
+        let backoff = self.settings.backoff.effective(profile.backoff);
+        let crashes =
+            facts::retry(backoff, e.view.crash_count, e.view.failure_time, wall).crash_count;
+        let attempt = crashes.saturating_add(1);
+        // Whole seconds, as the failure-time annotation keeps it.
+        let at = wall.with_nanosecond(0).unwrap_or(wall);
+        let next = backoff.not_before(attempt, Some(at));
+        Some(RetryMark {
+            crash_count: attempt,
+            at,
+            note: crate::model::why::retried(at, attempt, quiet, next),
+        })
     }
 
     /// Each waiting resource's place in its domain's line, in decide's
@@ -771,6 +799,17 @@ struct Held {
 /// held: failure fields to clear or a native counter to reset. A failing
 /// condition alone (a controller still quoting the old error) is not worth a
 /// budget token.
+/// Its controller gave up on it (`remediation.retry`): its failure
+/// signals count (`fresh`), what stops the controller is there to clear,
+/// and nobody but remedy has written it for `quiet`.
+fn stuck(profile: &Profile, e: &Entry, fresh: bool) -> bool {
+    profile
+        .remediation
+        .retry
+        .as_ref()
+        .is_some_and(|r| fresh && e.view.clearable && e.written_at.elapsed() >= r.quiet)
+}
+
 fn has_work(profile: &Profile, e: &Entry) -> bool {
     let view = &e.view;
     e.failure.is_some()

@@ -23,8 +23,16 @@ fn engine_unsynced(cfg: &Config, leader: bool) -> (Arc<Engine>, Arc<Store>) {
 
 /// An unsynced engine watching these built-in profiles, by index.
 fn engine_of(cfg: &Config, leader: bool, builtins: &[&str]) -> (Arc<Engine>, Arc<Store>) {
+    engine_with(
+        cfg,
+        leader,
+        builtins.iter().map(|p| builtin(p).unwrap()).collect(),
+    )
+}
+
+fn engine_with(cfg: &Config, leader: bool, profiles: Vec<Profile>) -> (Arc<Engine>, Arc<Store>) {
     let metrics = Arc::new(Metrics::new(100));
-    let profiles: Arc<[Profile]> = builtins.iter().map(|p| builtin(p).unwrap()).collect();
+    let profiles: Arc<[Profile]> = profiles.into();
     let store = Arc::new(Store::new(
         profiles.clone(),
         crate::testkit::classifier(),
@@ -1074,4 +1082,40 @@ async fn a_refusal_for_an_alert_not_configured_is_counted_as_other() {
             r#"remedy_episodes_refused_total{alert="other",reason="invalid_scope"} 50"#,
         ]
     );
+}
+
+/// #39.1: a machine its controller gave up on (failureReason set, CAPO
+/// v0.14 stops there) is retried by remedy outside any outage, but only
+/// once nobody has written it for `remediation.retry.quiet`; a healthy one
+/// never is, and `explain` says who retries it and when.
+#[tokio::test]
+async fn a_machine_its_controller_gave_up_on_is_retried_once_its_controller_is_quiet() {
+    let mut c = cfg();
+    c.breaker.min_resources = 1000; // no outage
+    let mut p = builtin("openstack-machine").unwrap();
+    p.remediation.retry = Some(crate::model::profile::RetrySpec {
+        quiet: Duration::from_millis(300),
+    });
+    let (e, store) = engine_with(&c, true, vec![p]);
+    for s in crate::daemon::watch::stream_ids(&e.deps.profiles, &c.namespaces) {
+        store.mark_synced(&s);
+    }
+    store.apply(0, &osm("a", true, json!({})));
+    store.apply(0, &osm("b", false, json!({})));
+    e.tick().await;
+    assert!(pending(&e).is_empty(), "its controller wrote it just now");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    e.tick().await;
+    assert_eq!(pending(&e), vec![("a".into(), "retry")]);
+    let g = e.pending.goals.lock().unwrap();
+    let Some((_, Goal::Retry(mark))) = g.queued.iter().find(|(k, _)| k.name.as_ref() == "a") else {
+        panic!("no retry queued: {:?}", g.queued);
+    };
+    assert_eq!(mark.crash_count, 1);
+    assert!(
+        mark.note.starts_with("retried by remedy at "),
+        "{}",
+        mark.note
+    );
+    assert!(mark.note.contains("(attempt 1)"), "{}", mark.note);
 }

@@ -4,7 +4,7 @@
 
 use super::{
     CAPI_PAUSED, CAPI_SKIP_REMEDIATION, ConditionMatch, FieldPaths, HoldSpec, IgnoreConditions,
-    Profile, ProfileError, RemediationSpec, ResetField, ResumeSpec,
+    Profile, ProfileError, RemediationSpec, ResetField, ResumeSpec, RetrySpec,
 };
 use serde_json::Value;
 
@@ -52,6 +52,11 @@ fn capi_profile(name: &str, group: &str, version: &str, kind: &str, state: &[&st
         hold: Some(HoldSpec::marked(CAPI_PAUSED)),
         remediation: RemediationSpec {
             clear_status: capi_clear(),
+            // The v1beta1 infrastructure contract: failureReason is
+            // terminal, the provider stops reconciling (CAPO v0.14
+            // "Not reconciling machine in failed state"). Off for the CAPI
+            // core kinds below, whose failure is the provider's copy.
+            retry: Some(RetrySpec::default()),
             ..RemediationSpec::default()
         },
         label_selector: None,
@@ -110,13 +115,17 @@ pub fn builtins() -> Vec<Profile> {
         // (`collections.IsUnhealthyAndOwnerRemediated`; tests/it/capi_mhc.rs).
         h.not_while = paths(&["OwnerRemediated"]);
     }
-    let cluster = capi_profile(
+    // A Machine's or Cluster's failure is its infrastructure's, copied:
+    // retried where it is made (the provider's object), never here.
+    machine.remediation.retry = None;
+    let mut cluster = capi_profile(
         "capi-cluster",
         CAPI_GROUP,
         "v1beta1",
         "Cluster",
         &["/status/phase"],
     );
+    cluster.remediation.retry = None;
     let mut openstack = capi_profile(
         "openstack-machine",
         INFRA,
@@ -172,6 +181,10 @@ pub fn builtins() -> Vec<Profile> {
             // (tests/it/capo_real.rs). CAPO sets them again itself.
             clear_status: paths(&["/status/instanceState", "/status/conditions"]),
             keep_if_set: paths(&["/status/instanceID"]),
+            // CAPO v0.14 and v0.15 never reconcile a server in ERROR again
+            // (IsServerTerminalError); CAPO main retries it every 60 s,
+            // writing as it goes, which `quiet` sees.
+            retry: Some(RetrySpec::default()),
             ..RemediationSpec::default()
         },
         label_selector: None,

@@ -183,6 +183,41 @@ pub struct RemediationSpec {
     /// `keep_if_set` field is set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clear_conditions: Vec<ConditionMatch>,
+    /// The controller gives up on a transient failure and never tries
+    /// again by itself (CAPO v0.14 stops on failureReason and on a server
+    /// in ERROR; the CAPI v1beta1 contract calls failureReason terminal):
+    /// remedy retries such a resource itself, outside any outage, once its
+    /// controller has written nothing for `quiet` and its backoff has
+    /// passed, through the budget, by clearing what stops the controller.
+    /// Unset: the controller retries by itself (brupop, CAPO main) or the
+    /// resource is not remedy's to retry (docs/upstream-behaviour.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetrySpec>,
+}
+
+/// How remedy retries what the controller gave up on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySpec {
+    /// No write by anyone but remedy for this long: the controller has
+    /// stopped (a controller that retries writes its attempts).
+    #[serde(with = "humantime_serde", default = "default_retry_quiet")]
+    pub quiet: std::time::Duration,
+}
+
+/// A controller that gave up writes its failure once; one still working
+/// on the object writes within a minute (CAPO's BUILD polls every 10 s,
+/// its ERROR polls on main every 60 s).
+pub fn default_retry_quiet() -> std::time::Duration {
+    std::time::Duration::from_secs(90)
+}
+
+impl Default for RetrySpec {
+    fn default() -> Self {
+        Self {
+            quiet: default_retry_quiet(),
+        }
+    }
 }
 
 /// A condition remediation removes: of this type, `False`, and with this
@@ -222,6 +257,7 @@ impl Default for RemediationSpec {
             release_clears_failure: true,
             keep_if_set: Vec::new(),
             clear_conditions: Vec::new(),
+            retry: None,
         }
     }
 }
@@ -254,6 +290,8 @@ pub enum ProfileError {
     UnknownBuiltin(String),
     #[error("profile {profile}: hold {why}")]
     BadHold { profile: String, why: &'static str },
+    #[error("profile {profile}: remediation.retry {why}")]
+    BadRetry { profile: String, why: &'static str },
     #[error("profile {profile}: label_selector {selector:?}: {why}")]
     BadSelector {
         profile: String,
@@ -357,6 +395,27 @@ impl Profile {
                     profile: self.name.clone(),
                     path: p.clone(),
                 });
+            }
+        }
+        if let Some(retry) = &r.retry {
+            let bad = |why| ProfileError::BadRetry {
+                profile: self.name.clone(),
+                why,
+            };
+            // A retry is clearing what stops the controller.
+            if r.clear_status.is_empty() && r.clear_conditions.is_empty() {
+                return Err(bad(
+                    "needs remediation.clear_status or clear_conditions: what stops the controller",
+                ));
+            }
+            // remedy counts the retries in its own annotations.
+            if self.has_native_counter() {
+                return Err(bad(
+                    "is for controllers that give up: one that counts its own crashes retries by itself",
+                ));
+            }
+            if retry.quiet.is_zero() {
+                return Err(bad("quiet must be positive"));
             }
         }
         Ok(())

@@ -256,6 +256,9 @@ pub fn fact(backoff: &BackoffPolicy, domain: Arc<str>, f: &SimFact, now: Ms) -> 
         },
         fresh: f.fresh,
         deleting: false,
+        // The simulated controller retries by itself (a release or a
+        // remediation is what makes it call again): nothing is stuck.
+        stuck: false,
         planned: false,
         // Released at once: a released resource is not held at the next tick.
         busy: false,
