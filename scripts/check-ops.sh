@@ -673,6 +673,9 @@ if [[ -n ${REMEDY:-} ]]; then
   for cfg in deploy/base/config.yaml deploy/components/remedy-sidecar/config.yaml; do
     check "remedy check-config $cfg" "$REMEDY" check-config "$cfg"
   done
+  # `cargo build` leaves the test faults out (feature test-faults, only
+  # `cargo test` turns it on: src/daemon/fault.rs); scripts/image checks the image's.
+  check "no test faults in $REMEDY" bash -c '! grep -q REMEDY_TEST_FAULT "$0"' "$REMEDY"
   # The config the chart writes into its ConfigMap.
   if [[ -s $render_dir/helm.yaml ]]; then
     "$PYTHON" -c 'import sys, yaml

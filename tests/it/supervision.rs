@@ -1,6 +1,8 @@
 //! A long-lived task that dies takes the real process down, and a stalled
 //! engine loop fails /healthz (issue #21.2). Faults are injected through
-//! `REMEDY_TEST_FAULT` (src/daemon/fault.rs), read only by the engine.
+//! `REMEDY_TEST_FAULT` (src/daemon/fault.rs), read only by the engine and
+//! only in a build with the feature `test-faults`, which `cargo test` turns
+//! on for the binary (Cargo.toml, the dev-dependency on remedy itself).
 
 use crate::support::{Remedy, TestCluster, eventually, namespace};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 
 use crate::config::{AlertRule, Config};
 use crate::daemon::execute::Executor;
-use crate::daemon::fault::Fault;
+use crate::daemon::fault::Faults;
 use crate::daemon::leader::Leadership;
 use crate::daemon::pause::PauseSwitch;
 use crate::daemon::store::{Entry, Store};
@@ -135,7 +135,8 @@ pub struct Engine {
     /// stops.
     heartbeat: Arc<Heartbeat>,
     ticks: AtomicU64,
-    fault: Option<Fault>,
+    /// Test-only faults (feature `test-faults`); nothing in the shipped build.
+    fault: Faults,
 }
 
 impl Engine {
@@ -179,13 +180,7 @@ impl Engine {
             problems: Mutex::new(Vec::new()),
             heartbeat: Arc::new(Heartbeat::new(stall_limit(cfg))),
             ticks: AtomicU64::new(0),
-            fault: match Fault::from_env() {
-                Ok(f) => f,
-                Err(e) => {
-                    tracing::error!("{e}: no fault injected");
-                    None
-                }
-            },
+            fault: Faults::from_env(),
         })
     }
 
@@ -243,19 +238,7 @@ impl Engine {
     /// One decision pass, between reading and writing the episode record.
     pub async fn tick(&self) {
         let n = self.ticks.fetch_add(1, Ordering::Relaxed) + 1;
-        match self.fault {
-            Some(Fault::PanicAfterTicks(k)) if n > k => {
-                panic!(
-                    "injected fault ({}): engine panics at tick {n}",
-                    crate::daemon::fault::ENV
-                )
-            }
-            Some(Fault::StallAfterTicks(k)) if n > k => {
-                tracing::warn!(tick = n, "injected fault: the engine loop stalls");
-                std::future::pending::<()>().await;
-            }
-            _ => {}
-        }
+        self.fault.at_tick(n).await;
         self.heartbeat.beat();
         // One answer for the whole tick: a follower's episodes are the
         // record's, untrusted, and must not be planned from as a leader's if
