@@ -16,8 +16,8 @@
 //!   watches, store, leader election, HTTP server, TLS, telemetry.
 //! - `cli`: the subcommands.
 //!
-//! Pure layers import no tokio, kube client or reqwest
-//! (scripts/check-layers.sh, run by scripts/test).
+//! Pure layers import no tokio, kube client or reqwest, and the crate root
+//! imports no layer (scripts/check-layers.py, run by scripts/test).
 
 pub mod cli;
 pub mod config;
@@ -37,32 +37,3 @@ pub(crate) mod testkit;
 /// Sent on every request to the apiserver, Prometheus and Alertmanager, so
 /// their logs, audit events and `managedFields` name remedy and its version.
 pub const USER_AGENT: &str = concat!("remedy/", env!("CARGO_PKG_VERSION"));
-
-/// The in-cluster or kubeconfig client, identified by [`USER_AGENT`],
-/// whose 429s are not exported (one-shot commands).
-pub async fn kube_client() -> Result<kube::Client, kube::Error> {
-    kube_client_observed(daemon::slowdown::layer::Observer::default()).await
-}
-
-/// As [`kube_client`], every request through one [`daemon::slowdown`] gate: a 429
-/// makes all of remedy's clients (Lease, record, writes, watches) wait
-/// together; counted and timed in `observer`.
-pub async fn kube_client_observed(
-    observer: daemon::slowdown::layer::Observer,
-) -> Result<kube::Client, kube::Error> {
-    let mut cfg = kube::Config::infer()
-        .await
-        .map_err(kube::Error::InferConfig)?;
-    cfg.headers.push((
-        axum::http::header::USER_AGENT,
-        axum::http::HeaderValue::from_static(USER_AGENT),
-    ));
-    // kube's retry sends each 429'd request again on its own, 15 times:
-    // the slowdown layer retries instead, behind the shared gate.
-    cfg.default_retry = false;
-    let layer =
-        daemon::slowdown::layer::SlowdownLayer::new(daemon::slowdown::Policy::default(), observer);
-    Ok(kube::client::ClientBuilder::try_from(cfg)?
-        .with_layer(&layer)
-        .build())
-}

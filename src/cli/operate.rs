@@ -149,7 +149,7 @@ pub async fn clear(
             });
         }
     }
-    let client = crate::kube_client().await?;
+    let client = crate::daemon::client::kube_client().await?;
     let b = &v.config.budget;
     let executor = Executor::new(
         client,

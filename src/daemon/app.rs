@@ -113,11 +113,12 @@ pub async fn serve(v: Validated) -> Result<(), ServeError> {
     // before anything connects or listens.
     let tls = v.config.tls.as_ref().map(tls::load).transpose()?;
     let metrics = Arc::new(Metrics::new(v.config.max_resource_series));
-    let client = crate::kube_client_observed(crate::daemon::slowdown::layer::Observer {
-        throttled: metrics.apiserver.throttled.clone(),
-        backoff: metrics.apiserver.backoff.clone(),
-    })
-    .await?;
+    let client =
+        crate::daemon::client::kube_client_observed(crate::daemon::slowdown::layer::Observer {
+            throttled: metrics.apiserver.throttled.clone(),
+            backoff: metrics.apiserver.backoff.clone(),
+        })
+        .await?;
     App::build(v, tls, client, metrics).await?.run().await
 }
 

@@ -8,6 +8,7 @@
 
 pub mod app;
 pub mod authorship;
+pub mod client;
 pub mod engine;
 pub mod execute;
 pub mod fault;

@@ -6,7 +6,7 @@
 //!
 //! May import: `config`, serde, regex, chrono and kube's data types
 //! (`kube::core`). Never tokio, kube's client, reqwest or `daemon`
-//! (scripts/check-layers.sh).
+//! (scripts/check-layers.py).
 
 pub mod backoff;
 pub mod classify;

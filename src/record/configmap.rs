@@ -2,36 +2,13 @@
 //! resourceVersion it read, so two writers never overwrite each other: the
 //! second gets a conflict and reads again.
 
-use super::{DATA_KEY, Record, RecordError};
+use super::{DATA_KEY, Found, Read, Record, RecordError};
 use crate::metrics::values::{RecordResult, RecordWriter};
 use crate::metrics::{Metrics, RecordLabels};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// What a read found: nothing yet (the first write creates it), or this.
-pub type Read = Option<Found>;
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Found {
-    pub record: Record,
-    /// The resourceVersion to write against.
-    pub rv: String,
-    /// The ConfigMap's uid: a new one means the record was deleted and
-    /// made again, with its notifications numbered from 1.
-    pub uid: String,
-}
-
-impl Found {
-    pub fn new(record: Record, rv: impl Into<String>, uid: impl Into<String>) -> Self {
-        Self {
-            record,
-            rv: rv.into(),
-            uid: uid.into(),
-        }
-    }
-}
 
 pub struct RecordApi {
     api: Api<ConfigMap>,

@@ -27,6 +27,30 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashSet};
 
+/// What a read of the record found ([`configmap::RecordApi::read`]):
+/// nothing yet (the first write creates it), or this.
+pub type Read = Option<Found>;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Found {
+    pub record: Record,
+    /// The resourceVersion to write against.
+    pub rv: String,
+    /// The ConfigMap's uid: a new one means the record was deleted and
+    /// made again, with its notifications numbered from 1.
+    pub uid: String,
+}
+
+impl Found {
+    pub fn new(record: Record, rv: impl Into<String>, uid: impl Into<String>) -> Self {
+        Self {
+            record,
+            rv: rv.into(),
+            uid: uid.into(),
+        }
+    }
+}
+
 /// Format version of the document. Version 2 added the alert's times to
 /// the inbox's notices: a remedy that reads only version 1 (whose notices
 /// refuse unknown fields) leaves such a record alone instead of taking it

@@ -7,8 +7,7 @@
 //!   replicas appended since. It writes when its episodes or the inbox
 //!   changed, against the resourceVersion it read that tick.
 
-use super::configmap::{Found, Read};
-use super::{Notice, Record, RecordError};
+use super::{Found, Notice, Read, Record, RecordError};
 use crate::decide::episodes::Book;
 
 #[derive(Debug, Default)]

@@ -2,7 +2,7 @@
 //! through a shared [`Slowdown`]: it waits at the gate, and a 429 closes the
 //! gate for all. A 429 means the apiserver did not process the request, so
 //! the layer sends it again once the gate opens (kube's own retry, which
-//! retried each request on its own, is turned off in `kube_client`).
+//! retried each request on its own, is turned off in `daemon::client`).
 
 use super::{Admit, LEASE_MAX_SENDS, Policy, Slowdown, is_lease, lease_wait, parse_retry_after};
 use crate::sync::LockExt;
