@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fails when a Rust file is compiled by no target, or when a file cites
-# notes that are not in the repository.
+# Fails when a Rust file is compiled by no target, when a file cites
+# notes that are not in the repository, or when a dependency is unused.
 #
 # 1. Every .rs file under src/, tests/, benches/ and examples/ must be in the
 #    dep-info of a target the current build produced. A file that no `mod`
@@ -15,6 +15,8 @@
 # 3. No file cites FACTS.md or DESIGN.md unless the repository has it: those
 #    notes lived outside the repository; what the code relies on is in
 #    docs/upstream-behaviour.md.
+# 4. Every dependency of Cargo.toml's [dependencies] is named in src/: one
+#    that only tests, benches or examples use is a dev-dependency.
 #
 # Builds what `cargo test` builds, plus benches: all targets in the test
 # profile, so after `cargo test` only the benches compile. Prints every
@@ -160,5 +162,23 @@ if ((cited)); then
   status=1
 else
   echo "check-targets: no citation of notes outside the repository"
+fi
+# Dependencies of the shipped build that no code of src/ names (issue #38.19:
+# anyhow and tower-http were built into every binary for nothing). What only
+# tests, benches or examples use is a dev-dependency.
+if ! "$PYTHON" - <<'EOF'; then
+import glob, re, sys, tomllib
+
+manifest = tomllib.load(open("Cargo.toml", "rb"))
+text = "\n".join(open(f, encoding="utf-8").read() for f in glob.glob("src/**/*.rs", recursive=True))
+unused = [d for d in manifest["dependencies"]
+          if not re.search(r"\b%s\b" % re.escape(d.replace("-", "_")), text)]
+for d in unused:
+    print(f"check-targets: dependency {d} is named nowhere in src/ (remove it, or make it a dev-dependency)")
+sys.exit(1 if unused else 0)
+EOF
+  status=1
+else
+  echo "check-targets: every dependency is named in src/"
 fi
 exit "$status"

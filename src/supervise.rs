@@ -64,16 +64,9 @@ impl Tasks {
     }
 
     /// The names of the tasks, in the order they were added.
+    #[cfg(test)]
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tasks.iter().map(|(n, _)| n.as_str())
-    }
-
-    pub fn len(&self) -> usize {
-        self.tasks.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.tasks.is_empty()
     }
 }
 
@@ -126,12 +119,9 @@ impl Supervisor {
         }
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.set.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.set.is_empty()
     }
 }
 

@@ -329,11 +329,6 @@ impl App {
         })
     }
 
-    /// The names of the long-lived tasks `run` starts.
-    pub fn tasks(&self) -> impl Iterator<Item = &str> {
-        self.tasks.names()
-    }
-
     /// Listens on the configured address and runs.
     pub async fn run(self) -> Result<(), ServeError> {
         let listener = tokio::net::TcpListener::bind(self.listen)

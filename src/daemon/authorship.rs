@@ -117,12 +117,9 @@ impl OwnWrites {
         self.lock().remove(key);
     }
 
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.lock().is_empty()
     }
 
     #[cfg(test)]

@@ -167,19 +167,6 @@ impl PauseSwitch {
         }
     }
 
-    /// A switch that is never set (`remedy clear`, tests).
-    pub fn off(metrics: Arc<Metrics>) -> Self {
-        Self {
-            api: None,
-            paused: AtomicBool::new(false),
-            read_once: AtomicBool::new(true),
-            forbidden: AtomicBool::new(false),
-            state: Mutex::new(None),
-            problem: Mutex::new(None),
-            metrics,
-        }
-    }
-
     /// Checked by the executor right before each write: set, or not read
     /// yet.
     pub fn is_paused(&self) -> bool {

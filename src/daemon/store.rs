@@ -184,6 +184,7 @@ impl Store {
     }
 
     /// The record of remedy's writes.
+    #[cfg(test)]
     pub fn own_writes(&self) -> &Arc<OwnWrites> {
         &self.own
     }
@@ -361,20 +362,7 @@ impl Store {
         }
     }
 
-    /// Entries matching a predicate, cloned.
-    pub fn select(
-        &self,
-        mut pred: impl FnMut(&ResourceKey, &Entry) -> bool,
-    ) -> Vec<(ResourceKey, Entry)> {
-        let mut out = Vec::new();
-        self.for_each(|k, e| {
-            if pred(k, e) {
-                out.push((k.clone(), e.clone()));
-            }
-        });
-        out
-    }
-
+    #[cfg(test)]
     pub fn count_state(&self, kind: &str, state: &'static str) -> i64 {
         self.inner
             .read()

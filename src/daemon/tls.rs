@@ -257,12 +257,14 @@ impl CertStore {
     }
 
     /// Where `now` (Unix seconds) falls in the served certificate's period.
+    #[cfg(test)]
     pub fn validity(&self, now: i64) -> Validity {
         let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
         validity(current.not_before, current.not_after, now)
     }
 
     /// The leaf certificate being served (DER).
+    #[cfg(test)]
     pub fn leaf(&self) -> Vec<u8> {
         let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
         current

@@ -7,9 +7,13 @@ use super::values::{
     ActionResult, HttpTimeout, OverwriteResult, PauseRead, RecordResult, RecordWriter, Reload,
     SignalResult, SignalTarget, WatchEvent, WebhookResult, WebhookStatus,
 };
+#[cfg(test)]
 use crate::model::view::ResourceKey;
 use prometheus_client::encoding::EncodeLabelSet;
 
+/// The per-resource series' labels, for prometheus-client's reference
+/// encoding in the tests: remedy writes those series by hand (series.rs).
+#[cfg(test)]
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabels {
     pub namespace: String,
@@ -17,6 +21,7 @@ pub struct ResourceLabels {
     pub name: String,
 }
 
+#[cfg(test)]
 impl From<&ResourceKey> for ResourceLabels {
     fn from(k: &ResourceKey) -> Self {
         Self {

@@ -70,16 +70,14 @@ impl Dedupe {
         }
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.capacity
     }
 
     /// Classifies an event without recording it, so a caller that then fails

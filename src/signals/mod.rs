@@ -28,6 +28,7 @@ pub enum AlertStatus {
 
 impl AlertStatus {
     /// Metric label value.
+    #[cfg(test)]
     pub fn as_str(self) -> &'static str {
         self.webhook_status().label()
     }

@@ -202,17 +202,15 @@ impl Remedy {
     }
 
     /// Keeps every tick's facts and decisions (see [`Self::trace`]).
+    #[cfg(test)]
     pub fn recording(mut self) -> Self {
         self.trace = Some(Vec::new());
         self
     }
 
+    #[cfg(test)]
     pub fn trace(&self) -> &[TickRecord] {
         self.trace.as_deref().unwrap_or_default()
-    }
-
-    pub fn params(&self) -> &RemedyParams {
-        &self.p
     }
 
     fn sim_fact(&self, r: &Resource) -> SimFact {
