@@ -13,8 +13,15 @@ code does.
    out), so each layer can be read knowing only those below it.
 3. Each top-level module imports only what the table in
    docs/architecture.md allows.
+4. One rule for poisoned locks (src/sync.rs): production code takes a std
+   lock with `locked()`, `read_locked()` or `write_locked()`, which exit
+   the process when it is poisoned; it never handles the lock's result
+   itself (`.lock().unwrap_or_else(PoisonError::into_inner)`, `.ok()`,
+   `.unwrap()`, ...) and never names `PoisonError`. src/sync.rs aside.
 
-Paths are resolved to the file of the module they name, so a pure file's
+Test code is left out of every rule: `#[cfg(test)]` items, `tests.rs`
+files and the files of modules declared under `#[cfg(test)]`. Paths are
+resolved to the file of the module they name, so a pure file's
 `use super::io::X` is caught when `super::io` is an I/O module.
 
 Prints every problem; exits 1 if there is any. `--self-test` runs the
@@ -43,7 +50,7 @@ ALLOWED = {
     "decide": {"config", "model"},
     "remediate": {"model"},
     "sim": {"config", "decide", "model"},
-    "metrics": {"config", "model"},
+    "metrics": {"config", "model", "sync"},
     "sync": set(),
     "supervise": {"sync"},
     "record": {"config", "decide", "metrics", "model"},
@@ -56,6 +63,15 @@ ALLOWED = {
     "testkit": {"config", "daemon", "decide", "metrics", "model", "record",
                 "remediate", "signals", "sim", "supervise", "sync"},
 }
+
+# Where the poisoned-lock rule lives; the only file that handles a lock's
+# result itself.
+LOCK_HOME = "sync.rs"
+# A std lock's result handled in place instead of by src/sync.rs.
+LOCK_RESULT = re.compile(
+    r"\.(lock|read|write)\(\)\s*\.\s*(unwrap\w*|expect|ok|err|map\w*|is_ok|is_err|into_inner)\b"
+    r"|\bPoisonError\b"
+)
 
 FORBIDDEN = [
     (r"\btokio\b", "tokio"),
@@ -242,6 +258,23 @@ def resolve(path, here, children):
     return None
 
 
+def test_only_files(src, files):
+    """The files of modules declared under `#[cfg(test)]` (`mod x;`), and
+    every file below them."""
+    roots = set()
+    for f in files:
+        text = strip(open(f, encoding="utf-8").read())
+        decl = r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;"
+        for name in re.findall(decl, text):
+            base = os.path.basename(f)
+            here = os.path.dirname(f) if base in ("mod.rs", "lib.rs") else f[: -len(".rs")]
+            roots.add(os.path.join(here, name))
+    return {
+        f for f in files
+        if any(f == r + ".rs" or f.startswith(r + os.sep) for r in roots)
+    }
+
+
 def pure_unit(rel, pure):
     for p in pure:
         if rel == p or (not p.endswith(".rs") and rel.startswith(p + os.sep)):
@@ -249,17 +282,19 @@ def pure_unit(rel, pure):
     return False
 
 
-def check(src, pure=PURE, pure_may_use=PURE_MAY_USE, allowed=ALLOWED):
-    """Every problem of the tree under `src`, as strings."""
+def check(src, pure=PURE, pure_may_use=PURE_MAY_USE, allowed=ALLOWED, lock_home=LOCK_HOME):
+    """Every problem of the tree under `src`, as strings, and the import
+    graph of its top-level modules."""
     problems = []
     edges = {}
     files = sorted(glob.glob(os.path.join(src, "**", "*.rs"), recursive=True))
+    tests = test_only_files(src, files)
     for p in pure:
         if not any(pure_unit(os.path.relpath(f, src), [p]) for f in files):
             problems.append(f"pure layer {p} has no files: update scripts/check-layers.py")
     for f in files:
         rel = os.path.relpath(f, src)
-        if rel == "main.rs" or os.path.basename(f) == "tests.rs":
+        if rel == "main.rs" or os.path.basename(f) == "tests.rs" or f in tests:
             continue
         raw = open(f, encoding="utf-8").read()
         text = production(raw)
@@ -273,6 +308,13 @@ def check(src, pure=PURE, pure_may_use=PURE_MAY_USE, allowed=ALLOWED):
             for pattern, what in FORBIDDEN:
                 for m in re.finditer(pattern, text):
                     problems.append(f"{at(m.start())}: pure layer uses {what} ({m.group(0)})")
+        if rel != lock_home:
+            for m in LOCK_RESULT.finditer(text):
+                code = re.sub(r"\s+", "", m.group(0))
+                problems.append(
+                    f"{at(m.start())}: a lock's poisoning handled in place ({code}): "
+                    "use locked(), read_locked() or write_locked() (src/sync.rs)"
+                )
         here = module_of(src, f)
         # Child modules declared in this file (`mod x;`), named without a prefix.
         children = set(re.findall(r"\bmod\s+(\w+)\s*;", text))
@@ -323,7 +365,8 @@ def check(src, pure=PURE, pure_may_use=PURE_MAY_USE, allowed=ALLOWED):
 
 # --self-test: trees that must pass, and holes that must each be caught.
 SELF_PURE = ["lib.rs", "core", "rec/mod.rs", "rec/sync.rs"]
-SELF_ALLOWED = {"lib": set(), "core": set(), "rec": {"core"}, "io": {"core", "rec"}}
+SELF_ALLOWED = {"lib": set(), "core": set(), "rec": {"core"}, "io": {"core", "rec", "sync"},
+                "sync": set()}
 SELF_BASE = {
     "lib.rs": "pub mod core;\npub mod io;\npub mod rec;\npub const NAME: &str = \"x\";\n",
     "core/mod.rs": "pub mod a;\npub use a::A;\n",
@@ -338,7 +381,20 @@ SELF_BASE = {
         "#[cfg(test)]\nmod tests {\n    use super::super::cm::*;\n}\n"
     ),
     "rec/cm.rs": "use super::Doc;\nuse std::fs;\npub fn read() -> Option<Doc> { let _ = fs::read(\"\"); None }\n",
-    "io/mod.rs": "use crate::rec::cm::read;\nuse crate::NAME;\npub fn run() { let _ = (read(), NAME); }\n",
+    "io/mod.rs": (
+        "use crate::rec::cm::read;\nuse crate::NAME;\nuse crate::sync::LockExt;\n"
+        "pub fn run(m: &std::sync::Mutex<u8>) -> u8 { let _ = (read(), NAME); *m.locked() }\n"
+        "#[cfg(test)]\nmod helpers;\n"
+        "#[cfg(test)]\nfn t(m: &std::sync::Mutex<u8>) { let _ = m.lock().unwrap(); }\n"
+    ),
+    "io/helpers.rs": "pub fn h(m: &std::sync::RwLock<u8>) -> u8 { *m.read().unwrap() }\n",
+    "sync.rs": (
+        "use std::sync::{Mutex, MutexGuard, PoisonError};\n"
+        "pub trait LockExt<T> { fn locked(&self) -> MutexGuard<'_, T>; }\n"
+        "impl<T> LockExt<T> for Mutex<T> {\n"
+        "    fn locked(&self) -> MutexGuard<'_, T> { self.lock().unwrap_or_else(|_: PoisonError<_>| std::process::exit(70)) }\n"
+        "}\n"
+    ),
 }
 SELF_HOLES = [
     ("a pure file's super:: import of an I/O module",
@@ -364,6 +420,12 @@ SELF_HOLES = [
      {"core/a.rs": "pub fn t() { let _ = std::time::Instant::now(); }\n"}, "pure layer uses a clock"),
     ("an import cycle",
      {"core/a.rs": "use crate::rec::Doc;\n"}, "import cycle: core -> rec -> core"),
+    ("a poisoned lock taken over",
+     {"io/mod.rs": "pub fn f(m: &std::sync::Mutex<u8>) {\n    let _g = m\n        .lock()\n        .unwrap_or_else(std::sync::PoisonError::into_inner);\n}\n"},
+     "io/mod.rs:3: a lock's poisoning handled in place"),
+    ("a lock's result dropped with ok()",
+     {"io/mod.rs": "pub fn f(l: &std::sync::RwLock<u8>) -> Option<u8> { l.read().ok().map(|g| *g) }\n"},
+     "io/mod.rs:1: a lock's poisoning handled in place (.read().ok)"),
 ]
 
 

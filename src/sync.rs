@@ -2,6 +2,12 @@
 //! while changing shared state: the state may be half-written, so carrying
 //! on (or quietly returning nothing, as `lock().ok()` would) could act on
 //! it. The process exits with the cause and Kubernetes restarts it.
+//!
+//! The one rule for every std lock of the crate: take it with
+//! [`LockExt::locked`], [`RwLockExt::read_locked`] or
+//! [`RwLockExt::write_locked`]. scripts/check-layers.py fails on production
+//! code that handles a lock's result itself (`PoisonError::into_inner`,
+//! `.ok()`, `.unwrap()`).
 
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 

@@ -11,8 +11,9 @@
 //! `controller_grace` after it stale signals count as they did before.
 
 use crate::model::view::ResourceKey;
+use crate::sync::LockExt;
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// Is the watched version remedy's latest write, or newer?
@@ -57,8 +58,7 @@ pub struct OwnWrites {
 
 impl OwnWrites {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ResourceKey, Write>> {
-        // Map operations cannot panic midway: a poisoned map is intact.
-        self.writes.lock().unwrap_or_else(PoisonError::into_inner)
+        self.writes.locked()
     }
 
     /// Called right before remedy's patch is sent: the watch may deliver

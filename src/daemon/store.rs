@@ -14,7 +14,7 @@ use kube::api::DynamicObject;
 use std::collections::{HashMap, HashSet};
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -236,11 +236,7 @@ impl Store {
     }
 
     fn namespace(&self, ns: &str) -> Arc<str> {
-        // Set operations cannot panic midway, so a poisoned set is intact.
-        let mut set = self
-            .namespaces
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut set = self.namespaces.locked();
         if let Some(a) = set.get(ns) {
             return a.clone();
         }

@@ -3,6 +3,7 @@
 //! plain or TLS, with the same limits.
 
 use crate::config::TlsConfig;
+use crate::sync::RwLockExt;
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
@@ -12,7 +13,7 @@ use rustls::sign::CertifiedKey;
 use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 
 /// Why the TLS settings cannot be used. Messages name the config field and
 /// the file, never file contents (the key is a secret).
@@ -226,7 +227,7 @@ impl CertStore {
     pub fn reload(&self) -> Result<bool, TlsError> {
         let files = read_files(&self.cfg)?;
         let unchanged = {
-            let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
+            let current = self.current.read_locked();
             current.digest == files.digest
         };
         // Unchanged files are not parsed again: the common case every 30 s.
@@ -236,37 +237,31 @@ impl CertStore {
             return Ok(false);
         }
         let loaded = parse_pair(&self.cfg, &self.provider, files)?;
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = loaded;
+        *self.current.write_locked() = loaded;
         Ok(true)
     }
 
     /// When the served certificate expires (Unix seconds).
     pub fn not_after(&self) -> Option<i64> {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .not_after
+        self.current.read_locked().not_after
     }
 
     /// When the served certificate becomes valid (Unix seconds).
     pub fn not_before(&self) -> Option<i64> {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .not_before
+        self.current.read_locked().not_before
     }
 
     /// Where `now` (Unix seconds) falls in the served certificate's period.
     #[cfg(test)]
     pub fn validity(&self, now: i64) -> Validity {
-        let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        let current = self.current.read_locked();
         validity(current.not_before, current.not_after, now)
     }
 
     /// The leaf certificate being served (DER).
     #[cfg(test)]
     pub fn leaf(&self) -> Vec<u8> {
-        let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        let current = self.current.read_locked();
         current
             .key
             .end_entity_cert()
@@ -277,7 +272,7 @@ impl CertStore {
 
 impl ResolvesServerCert for CertStore {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        let current = self.current.read_locked();
         Some(current.key.clone())
     }
 }

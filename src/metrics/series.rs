@@ -9,12 +9,13 @@
 
 use super::exposition::Format;
 use crate::model::view::ResourceKey;
+use crate::sync::RwLockExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{PoisonError, RwLock};
 
 /// Longest resource name copied into [`ResourceValues`]; CAPI machine names
 /// are ~30 bytes. Longer names are read through the key.
@@ -143,18 +144,12 @@ impl ResourceSeries {
     /// drop is counted, so the truncation is visible).
     pub fn set(&self, key: &ResourceKey, crash_count: i64, backoff_seconds: f64) {
         // An update of a known series needs only the read lock, so it does
-        // not wait for a scrape in progress. Map operations cannot panic
-        // midway, so a poisoned map is intact.
-        if let Some(v) = self
-            .tracked
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(key)
-        {
+        // not wait for a scrape in progress.
+        if let Some(v) = self.tracked.read_locked().get(key) {
             v.set(crash_count, backoff_seconds);
             return;
         }
-        let mut tracked = self.tracked.write().unwrap_or_else(PoisonError::into_inner);
+        let mut tracked = self.tracked.write_locked();
         if !tracked.contains_key(key) && tracked.len() >= self.max {
             self.dropped.inc();
             return;
@@ -169,7 +164,7 @@ impl ResourceSeries {
     /// Only resources that already have series get one: the estimate never
     /// adds series past `max_resource_series`.
     pub fn set_release_etas(&self, eta: impl Fn(&ResourceKey) -> Option<f64>) {
-        let tracked = self.tracked.read().unwrap_or_else(PoisonError::into_inner);
+        let tracked = self.tracked.read_locked();
         for (k, v) in tracked.iter() {
             let bits = eta(k)
                 .filter(|s| s.is_finite())
@@ -182,22 +177,16 @@ impl ResourceSeries {
     pub fn remove(&self, key: &ResourceKey) {
         // Called on every healthy update: the read lock answers "no series"
         // without waiting for a scrape in progress.
-        let tracked = self.tracked.read().unwrap_or_else(PoisonError::into_inner);
+        let tracked = self.tracked.read_locked();
         if !tracked.contains_key(key) {
             return;
         }
         drop(tracked);
-        self.tracked
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key);
+        self.tracked.write_locked().remove(key);
     }
 
     pub fn count(&self) -> usize {
-        self.tracked
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.tracked.read_locked().len()
     }
 
     /// The per-resource families, written directly: prometheus-client's
@@ -206,8 +195,7 @@ impl ResourceSeries {
     /// `resource_series_match_prometheus_client` checks that.
     /// Sample lines are the same in both formats; 0.0.4 has no `# UNIT`.
     pub(super) fn encode(&self, out: &mut String, format: Format) -> std::fmt::Result {
-        // Map operations cannot panic midway, so a poisoned map is intact.
-        let series = self.tracked.read().unwrap_or_else(PoisonError::into_inner);
+        let series = self.tracked.read_locked();
         writeln!(out, "# HELP {CRASHES} {CRASHES_HELP}")?;
         writeln!(out, "# TYPE {CRASHES} gauge")?;
         for (k, v) in series.iter() {

@@ -23,9 +23,10 @@ use super::{ALERTMANAGER, PROMETHEUS, SignalError};
 use crate::config::SignalsConfig;
 use crate::metrics::Metrics;
 use crate::metrics::values::{SignalResult, SignalTarget};
+use crate::sync::LockExt;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 /// A verify query matching this much is not cleared anyway; the cap keeps a
 /// runaway query from exhausting memory.
@@ -79,7 +80,7 @@ impl SignalHealth {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, TargetHealth>> {
         // Plain data, updated in single assignments: never inconsistent.
-        self.targets.lock().unwrap_or_else(PoisonError::into_inner)
+        self.targets.locked()
     }
 
     fn observe(&self, target: &'static str, outcome: Result<(), &'static str>) {
@@ -276,11 +277,7 @@ impl Verifier {
     }
 
     async fn external_labels(&self) -> Result<ExternalLabels, SignalError> {
-        let cached = self
-            .external_labels
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let cached = self.external_labels.locked().clone();
         if let Some((at, names)) = cached
             && at.elapsed() < EXTERNAL_LABELS_TTL
         {
@@ -319,11 +316,7 @@ impl Verifier {
         self.count_outcome(SignalTarget::Prometheus, result.as_ref().map(|_| ()));
         // A failed refresh is an error, not the old answer: fail safe.
         let names = Arc::new(result?);
-        *self
-            .external_labels
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) =
-            Some((std::time::Instant::now(), names.clone()));
+        *self.external_labels.locked() = Some((std::time::Instant::now(), names.clone()));
         Ok(names)
     }
 

@@ -4,8 +4,9 @@
 use crate::metrics::Metrics;
 use crate::metrics::values::Reload;
 use crate::signals::SignalError;
+use crate::sync::RwLockExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
@@ -157,16 +158,12 @@ impl TokenStore {
     }
 
     fn rotate(&self, token: Arc<[u8]>) -> Result<bool, SignalError> {
-        // Tokens has no panicking paths: a poisoned lock is consistent.
-        let mut t = self.tokens.write().unwrap_or_else(PoisonError::into_inner);
+        let mut t = self.tokens.write_locked();
         Ok(t.rotate(token, Instant::now(), self.grace))
     }
 
     pub(super) fn accepts(&self, presented: &[u8]) -> bool {
-        self.tokens
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .accepts(presented, Instant::now())
+        self.tokens.read_locked().accepts(presented, Instant::now())
     }
 
     /// Accepts a known token at once. An unknown one may be the rotated

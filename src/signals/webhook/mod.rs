@@ -32,6 +32,7 @@ use crate::metrics::Metrics;
 use crate::metrics::values::{WebhookResult, WebhookStatus};
 use crate::model::scope::{AlertRules, MAX_VALUE_BYTES, Scope};
 use crate::signals::inbox::Inbox;
+use crate::sync::LockExt;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
@@ -40,7 +41,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use chrono::{DateTime, Utc};
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{self, error::TrySendError};
 
@@ -258,9 +259,7 @@ impl WebhookState {
         now: DateTime<Utc>,
     ) -> Result<Summary, WebhookError> {
         let mut summary = Summary::default();
-        // Dedupe has no panicking paths, so a poisoned lock still holds a
-        // consistent record.
-        let mut dedupe = self.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut dedupe = self.dedupe.locked();
         for a in alerts {
             let Some(event) = self.sift(&mut dedupe, &mut summary, a, group_key, now) else {
                 continue;
@@ -373,7 +372,7 @@ impl WebhookState {
         let mut summary = Summary::default();
         let mut fresh = Vec::new();
         {
-            let mut dedupe = self.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut dedupe = self.dedupe.locked();
             for a in alerts {
                 if let Some(event) = self.sift(&mut dedupe, &mut summary, a, group_key, now) {
                     fresh.push(event);
@@ -386,7 +385,7 @@ impl WebhookState {
         if let Err(e) = inbox.submit(&fresh).await {
             return Err(WebhookError::Unrecorded(first.status, e));
         }
-        let mut dedupe = self.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut dedupe = self.dedupe.locked();
         for ev in &fresh {
             dedupe.remember(&ev.fingerprint, ev.status, ev.starts_at, now);
             summary.accepted += 1;
@@ -418,12 +417,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 
 impl WebhookState {
     fn summarize(&self, outcome: Result<&Summary, &'static str>) {
-        // Counting cannot panic: a poisoned lock holds a consistent tally.
-        let due = self
-            .summary
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .add(outcome, Instant::now());
+        let due = self.summary.locked().add(outcome, Instant::now());
         let Some((t, covered)) = due else {
             return;
         };
