@@ -1095,6 +1095,36 @@ alerts:
         );
     }
 
+    /// #39.2: the shipped config's `breaker.domain: zone` gives each built-in
+    /// that carries its zone a breaker per zone with nothing else set: an
+    /// OpenStackServer by `spec.availabilityZone`, a Machine by
+    /// `spec.failureDomain`; an OpenStackMachine (no zone) shares `none`.
+    #[test]
+    fn the_shipped_config_has_a_breaker_per_zone() {
+        let text = include_str!("../deploy/base/config.yaml");
+        let v = Config::from_yaml(text).unwrap().validate().unwrap();
+        assert_eq!(v.config.breaker.domain, DomainBy::Zone);
+        let of = |profile: &str, o: serde_json::Value| {
+            let o: kube::api::DynamicObject = serde_json::from_value(o).unwrap();
+            let p = v.profiles.iter().find(|p| p.name == profile).unwrap();
+            let key = crate::model::view::ResourceKey::new(&p.kind, "ns", "x");
+            let view = p.project(&o).view;
+            DomainBy::Zone.of(&key, &view).to_string()
+        };
+        let server = serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "OpenStackServer",
+            "metadata": {"name": "x", "namespace": "ns"}, "spec": {"availabilityZone": "az2"}});
+        let machine = serde_json::json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+            "metadata": {"name": "x", "namespace": "ns"}, "spec": {"failureDomain": "fd-3"}});
+        let osm = serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackMachine",
+            "metadata": {"name": "x", "namespace": "ns"}, "spec": {}});
+        assert_eq!(of("openstack-server", server), "az2");
+        assert_eq!(of("capi-machine", machine), "fd-3");
+        assert_eq!(of("openstack-machine", osm), crate::model::domains::NONE);
+    }
+
     #[test]
     fn errors_name_the_field() {
         let cases = [
@@ -1145,7 +1175,7 @@ alerts:
                 "breaker.domain.field",
             ),
             ("breaker: {domain: {label: ''}}", "breaker.domain.label"),
-            ("breaker: {domain: zone}", "unknown failure domain"),
+            ("breaker: {domain: zones}", "unknown failure domain"),
             (
                 "leader_election: {episode_record: Remedy_Episodes}",
                 "leader_election.episode_record",

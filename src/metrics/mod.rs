@@ -677,6 +677,7 @@ mod tests {
                 DomainBy::Namespace,
                 DomainBy::Label(String::new()),
                 DomainBy::Field(String::new()),
+                DomainBy::Zone,
             ]
             .iter()
             .map(DomainBy::label)

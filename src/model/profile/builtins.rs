@@ -90,6 +90,8 @@ pub fn builtins() -> Vec<Profile> {
         &["/status/phase"],
     );
     machine.remediation.skip_remediation_annotation = Some(CAPI_SKIP_REMEDIATION.into());
+    // Its zone (v1beta1 and v1beta2 alike), for `breaker.domain: zone`.
+    machine.fields.failure_domain = paths(&["/spec/failureDomain"]);
     // The MachineHealthCheck's verdicts and the MachineSet's answer to them
     // (CAPI v1.12 api/core/v1beta2: machine_types.go, v1beta1_condition_consts.go):
     // about the Node, not the cloud API; the MHC acts on them itself.
