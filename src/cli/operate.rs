@@ -316,6 +316,9 @@ pub fn render_explanation(x: &crate::daemon::engine::Explanation) -> String {
             o.name, o.in_flight, o.max_in_flight
         );
     }
+    if let Some(who) = &x.retried_by {
+        let _ = writeln!(out, "  retried by: {who}");
+    }
     if let Some(at) = x.controller_retries_at {
         let _ = writeln!(
             out,

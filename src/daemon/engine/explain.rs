@@ -49,6 +49,11 @@ pub struct Explanation {
     /// wait of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller_retries_at: Option<DateTime<Utc>>,
+    /// Who retries it, and when, while it fails and remedy does not hold
+    /// it: its controller, remedy (`remediation.retry`) at a given time, or
+    /// nobody, with the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried_by: Option<String>,
     /// 1-based place among the resources waiting to be released in its
     /// failure domain, lowest crash count first, and how many wait there.
     pub release_place: Option<(usize, usize)>,
@@ -160,6 +165,19 @@ impl Engine {
             Verdict::Unclassifiable { field } => Some(format!("field {field} has the wrong type")),
             Verdict::Healthy => None,
         };
+        let backoff_until = (!remaining.is_zero())
+            .then(|| chrono::Duration::from_std(remaining).ok())
+            .flatten()
+            .and_then(|d| wall.checked_add_signed(d));
+        let retried_by = retried_by(&RetryFacts {
+            profile,
+            entry: &e,
+            breaker_open,
+            firing: !firing_alerts.is_empty(),
+            wall,
+            backoff_until,
+            controller_retries_at,
+        });
         Some(Explanation {
             resource: format!("{namespace}/{kind}/{name}"),
             profile: profile.name.clone(),
@@ -177,10 +195,8 @@ impl Engine {
             pending: self.pending.contains(&key),
             owner,
             backoff_remaining_seconds: remaining.as_secs_f64(),
-            backoff_until: (!remaining.is_zero())
-                .then(|| chrono::Duration::from_std(remaining).ok())
-                .flatten()
-                .and_then(|d| wall.checked_add_signed(d)),
+            backoff_until,
+            retried_by,
             controller_retries_at,
             release_place,
             release_rate_per_second: rate,
@@ -188,6 +204,66 @@ impl Engine {
             paused,
         })
     }
+}
+
+/// What [`retried_by`] reads.
+struct RetryFacts<'a> {
+    profile: &'a Profile,
+    entry: &'a Entry,
+    breaker_open: bool,
+    firing: bool,
+    wall: DateTime<Utc>,
+    backoff_until: Option<DateTime<Utc>>,
+    controller_retries_at: Option<DateTime<Utc>>,
+}
+
+/// Who retries a failing resource that remedy does not hold, and when.
+fn retried_by(f: &RetryFacts<'_>) -> Option<String> {
+    let e = f.entry;
+    if !matches!(e.view.pause, PauseState::NotPaused) {
+        return None;
+    }
+    let at = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    match &e.verdict {
+        Verdict::Healthy => return None,
+        Verdict::Terminal { reason, .. } => {
+            return Some(format!(
+                "nobody: a terminal failure ({reason}) is never retried by remedy"
+            ));
+        }
+        Verdict::Unclassifiable { .. } => {
+            return Some("nobody: remedy cannot classify its failure".into());
+        }
+        Verdict::Transient { .. } => {}
+    }
+    let Some(retry) = &f.profile.remediation.retry else {
+        return Some(match f.controller_retries_at {
+            Some(t) => format!("its controller, at {} (its own rule)", at(t)),
+            None => "its controller: the profile says it retries by itself".into(),
+        });
+    };
+    if !e.view.clearable {
+        return Some(
+            "nobody: what stops its controller is not remedy's to clear (remediation.keep_if_set: the cloud's own failure)"
+                .into(),
+        );
+    }
+    if f.breaker_open {
+        return Some("remedy holds it instead: its failure domain's outage breaker is open".into());
+    }
+    if f.firing {
+        return Some("the alert firing for it: held, and remediated once it resolves".into());
+    }
+    let quiet_at = chrono::Duration::from_std(retry.quiet.saturating_sub(e.written_at.elapsed()))
+        .ok()
+        .and_then(|d| f.wall.checked_add_signed(d))
+        .unwrap_or(f.wall);
+    let when = f.backoff_until.map_or(quiet_at, |b| b.max(quiet_at));
+    Some(format!(
+        "remedy, at {} at the earliest: its controller gave up on it (nothing written for {} by then), then in its turn of the budget",
+        at(when),
+        humantime::format_duration(retry.quiet)
+    ))
 }
 
 #[cfg(test)]

@@ -1104,6 +1104,11 @@ async fn a_machine_its_controller_gave_up_on_is_retried_once_its_controller_is_q
     store.apply(0, &osm("b", false, json!({})));
     e.tick().await;
     assert!(pending(&e).is_empty(), "its controller wrote it just now");
+    let x = e.explain("ns", "OpenStackMachine", "a").expect("explained");
+    let who = x.retried_by.expect("who retries it");
+    assert!(who.starts_with("remedy, at "), "{who}");
+    let healthy = e.explain("ns", "OpenStackMachine", "b").expect("explained");
+    assert_eq!(healthy.retried_by, None);
     tokio::time::sleep(Duration::from_millis(400)).await;
     e.tick().await;
     assert_eq!(pending(&e), vec![("a".into(), "retry")]);
