@@ -1,8 +1,18 @@
 //! Alert episodes in the engine: notifications, recovery from Prometheus
 //! after a restart, and verification before anything is remediated.
 
-use super::*;
+use super::Engine;
+use crate::config::AlertRule;
 use crate::decide::episodes::Evidence;
+use crate::decide::episodes::{EPISODE_TTL, Episode, MAX_EPISODES, Refusal};
+use crate::decide::recovery;
+use crate::metrics::EpisodeLabels;
+use crate::model::scope::Scope;
+use crate::remediate::step::Goal;
+use crate::signals::{AlertEvent, AlertStatus};
+use crate::sync::LockExt;
+use chrono::{DateTime, Utc};
+use std::time::{Duration, Instant};
 
 /// How often firing episodes without proof are checked against Prometheus.
 const PROOF_EVERY: Duration = Duration::from_secs(2);

@@ -3,9 +3,16 @@
 //! blocks it, its backoff deadline, its place in the release order and an
 //! estimate of when it goes, from the engine's last tick.
 
-use super::*;
+use super::Engine;
 use crate::daemon::pause::Paused;
+use crate::daemon::store::Entry;
+use crate::model::classify::Verdict;
+use crate::model::profile::Profile;
+use crate::model::view::{PauseState, ResourceKey};
+use crate::sync::LockExt;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// What the engine knows of one resource.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

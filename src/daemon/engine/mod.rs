@@ -3,32 +3,30 @@
 //! (lowest crash_count first); workers carry the goals out. Followers run
 //! the same loop for metrics but never enqueue a write.
 
-use crate::config::{AlertRule, Config};
+use crate::config::Config;
 use crate::daemon::execute::Executor;
 use crate::daemon::fault::Faults;
 use crate::daemon::leader::Leadership;
 use crate::daemon::pause::PauseSwitch;
-use crate::daemon::store::{Entry, Store};
+use crate::daemon::store::Store;
+use crate::decide::episodes::Book;
 pub use crate::decide::episodes::Episode;
-use crate::decide::episodes::{Book, EPISODE_TTL, MAX_EPISODES, Refusal};
 use crate::decide::recovery;
 use crate::decide::retry::Retries;
-use crate::decide::{ALERT_PREFIX, Action, Context, Core, CoreConfig, Fact};
-use crate::metrics::{EpisodeLabels, KindReasonLabels, Metrics, ScopeLabels};
+use crate::decide::{Core, CoreConfig};
+use crate::metrics::Metrics;
 use crate::model::backoff::BackoffPolicy;
-use crate::model::classify::Verdict;
-use crate::model::profile::{HELD_WITH_LABEL, HoldMark, Profile};
+use crate::model::profile::Profile;
 use crate::model::scope::{AlertRules, Scope};
-use crate::model::view::{PauseState, ResourceKey};
-use crate::record::configmap::RecordApi;
+use crate::model::view::ResourceKey;
 use crate::record::sync::Tracker;
 use crate::remediate::step::{Goal, Step};
+use crate::signals::AlertEvent;
 use crate::signals::verify::Verifier;
-use crate::signals::{AlertEvent, AlertStatus};
 use crate::supervise::{Heartbeat, Supervisor};
 use crate::sync::LockExt;
-use chrono::{DateTime, Utc};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use chrono::Utc;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -1,8 +1,12 @@
 //! The episode record (several replicas): the leader takes notifications
 //! from it and writes its episodes back.
 
-use super::*;
+use super::Engine;
 use crate::decide::episodes::Evidence;
+use crate::decide::episodes::Refusal;
+use crate::record::configmap::RecordApi;
+use crate::sync::LockExt;
+use std::sync::Arc;
 
 /// The episode record and the name this replica writes it under.
 /// The episode record and the identity this replica writes it as.

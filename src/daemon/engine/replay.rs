@@ -5,6 +5,7 @@
 //! tick's holds, releases and waits must match what the simulator decided.
 
 use super::*;
+use crate::model::profile::HoldMark;
 use crate::model::profile::{
     CAPI_PAUSED, CRASH_ANNOTATION, FAILURE_TIME_ANNOTATION, HOLD_ANNOTATION, PAUSE_MARKER,
 };
@@ -12,6 +13,7 @@ use crate::sim::remedy::{Remedy, RemedyParams, SimFact, ZONE_LABEL, wall, zone_n
 use crate::sim::{Mode, Scenario};
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
 /// The object a daemon would watch for a simulated resource.

@@ -1,14 +1,28 @@
 //! One decision pass: the store and the alert episodes turned into facts
 //! for the decision core (`decide`), its goals queued for the workers.
 
-use super::*;
+use super::{Engine, State, StatusReport};
+use crate::daemon::store::Entry;
+use crate::decide::episodes::Refusal;
 use crate::decide::facts;
 use crate::decide::release::WaitReason;
 use crate::decide::resets::Undone;
+use crate::decide::{ALERT_PREFIX, Action, Context, Fact};
 use crate::decide::{BreakerState, Decisions, HoldOrder};
 use crate::metrics::values::OverwriteResult;
+use crate::metrics::{KindReasonLabels, ScopeLabels};
+use crate::model::classify::Verdict;
+use crate::model::profile::{HELD_WITH_LABEL, HoldMark, Profile};
+use crate::model::scope::Scope;
+use crate::model::view::{PauseState, ResourceKey};
+use crate::remediate::step::Goal;
 use crate::remediate::step::RetryMark;
+use crate::sync::LockExt;
 use chrono::Timelike;
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Waiting reason of a resource whose goal failed and waits its backoff.
 const RETRY: &str = "retry";

@@ -1,6 +1,12 @@
 use super::*;
+use crate::config::AlertRule;
 use crate::config::Selector;
 use crate::daemon::execute::WriteLimiter;
+use crate::decide::episodes::{MAX_EPISODES, Refusal};
+use crate::metrics::{EpisodeLabels, ScopeLabels};
+use crate::model::profile::HoldMark;
+use crate::signals::AlertStatus;
+use std::collections::BTreeMap;
 
 use crate::model::profile::{CAPI_PAUSED, builtin};
 use kube::api::DynamicObject;
