@@ -74,6 +74,11 @@ pub struct Episode {
     /// about that alert, not a new one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<DateTime<Utc>>,
+    /// Firing again, unproven, after a resolution that ended then: only
+    /// `ALERTS` since that time prove it (the old firing would otherwise
+    /// prove a forged or late notice, #38.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fired_after: Option<DateTime<Utc>>,
 }
 
 impl Episode {
@@ -92,6 +97,7 @@ impl Episode {
             adopted: false,
             carried: None,
             ended_at: None,
+            fired_after: None,
         }
     }
 
@@ -279,6 +285,11 @@ impl Book {
         // Firing again after a resolution: the proof of the last firing
         // says nothing about this one.
         ep.fired = proof || (ep.fired && (ep.firing || !firing));
+        ep.fired_after = match (firing, ep.firing) {
+            (true, false) if !ep.fired => ep.ended_at,
+            (true, true) => ep.fired_after,
+            _ => None,
+        };
         ep.ended_at = if firing {
             None
         } else {
@@ -334,9 +345,44 @@ impl Book {
     pub fn unproven_firing(&self) -> BTreeSet<String> {
         self.episodes
             .values()
-            .filter(|e| e.firing && !e.fired)
+            .filter(|e| e.firing && !e.fired && e.fired_after.is_none())
             .map(|e| e.alertname.clone())
             .collect()
+    }
+
+    /// Alerts firing again, unproven, after a resolution, with the time it
+    /// ended: each is proven only by `ALERTS` since then
+    /// ([`Book::prove_refiring`]).
+    pub fn unproven_refiring(&self) -> BTreeSet<(String, DateTime<Utc>)> {
+        self.episodes
+            .values()
+            .filter(|e| e.firing && !e.fired)
+            .filter_map(|e| Some((e.alertname.clone(), e.fired_after?)))
+            .collect()
+    }
+
+    /// As [`Book::prove_firing`], for the episodes of `alertname` firing
+    /// again after a resolution that ended at `since`, from the `ALERTS`
+    /// label sets Prometheus has since then.
+    pub fn prove_refiring(
+        &mut self,
+        alertname: &str,
+        since: DateTime<Utc>,
+        sets: &[BTreeMap<String, String>],
+    ) -> usize {
+        let mut proven = 0;
+        for ep in self.episodes.values_mut() {
+            if !ep.firing || ep.fired || ep.alertname != alertname || ep.fired_after != Some(since)
+            {
+                continue;
+            }
+            if sets.iter().any(|l| seen_in(ep, l)) {
+                ep.fired = true;
+                ep.fired_after = None;
+                proven += 1;
+            }
+        }
+        proven
     }
 
     /// Proves firing episodes from `sets`, the `ALERTS` label sets
@@ -347,14 +393,11 @@ impl Book {
     pub fn prove_firing(&mut self, sets: &[BTreeMap<String, String>]) -> usize {
         let mut proven = 0;
         for ep in self.episodes.values_mut() {
-            if !ep.firing || ep.fired {
+            // Firing again after a resolution: older ALERTS prove nothing.
+            if !ep.firing || ep.fired || ep.fired_after.is_some() {
                 continue;
             }
-            let seen = sets.iter().any(|l| {
-                l.get("alertname") == Some(&ep.alertname)
-                    && ep.matchers.iter().all(|(k, v)| l.get(k) == Some(v))
-            });
-            if seen {
+            if sets.iter().any(|l| seen_in(ep, l)) {
                 ep.fired = true;
                 proven += 1;
             }
@@ -462,6 +505,13 @@ impl Book {
             .values()
             .any(|e| e.remediates() && e.targets.as_ref().is_some_and(|t| t.contains(key)))
     }
+}
+
+/// Whether an `ALERTS` label set names `ep`'s alert with every one of its
+/// matchers.
+fn seen_in(ep: &Episode, labels: &BTreeMap<String, String>) -> bool {
+    labels.get("alertname") == Some(&ep.alertname)
+        && ep.matchers.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
 #[cfg(test)]
@@ -801,7 +851,26 @@ mod tests {
         let e = &b.map()[&s];
         assert!(e.firing && !e.fired, "the old firing's proof is not reused");
         assert!(!b.targets(&key("a")));
-        assert_eq!(b.unproven_firing(), BTreeSet::from(["A".to_string()]));
+        // Proven only by ALERTS since the resolution ended: the old
+        // firing's series, still within the episode TTL, prove nothing.
+        assert!(b.unproven_firing().is_empty());
+        assert_eq!(
+            b.unproven_refiring(),
+            BTreeSet::from([("A".to_string(), ended)])
+        );
+        let old_series = [BTreeMap::from([
+            ("alertname".to_string(), "A".to_string()),
+            ("kind".to_string(), "K".to_string()),
+        ])];
+        assert_eq!(
+            b.prove_firing(&old_series),
+            0,
+            "#38.5: not by the old firing"
+        );
+        assert!(!b.map()[&s].fired);
+        assert_eq!(b.prove_refiring("A", ended, &[]), 0, "nothing since");
+        assert_eq!(b.prove_refiring("A", ended, &old_series), 1);
+        assert!(b.map()[&s].fired && b.unproven_refiring().is_empty());
     }
 
     #[test]

@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 /// How often firing episodes without proof are checked against Prometheus.
 const PROOF_EVERY: Duration = Duration::from_secs(2);
 
+/// Alerts firing again after a resolution proven in one tick (a query each).
+const REFIRING_PER_TICK: usize = 4;
+
 impl Engine {
     /// Records an alert notification. Firing cancels queued remediation in
     /// its scope at once; resolved only starts the settle clock. A refused
@@ -165,7 +168,7 @@ impl Engine {
     /// junk when the record must shed; the rest wait, holding what they
     /// hold, and are the first to go. An error changes nothing.
     pub(super) async fn prove_firing(&self, now: Duration) {
-        let names: Vec<String> = {
+        let (names, refiring): (Vec<String>, _) = {
             let mut st = self.state.locked();
             let recent = st
                 .firing_proof_at
@@ -174,15 +177,46 @@ impl Engine {
                 return;
             }
             let names = st.episodes.unproven_firing();
-            if names.is_empty() {
+            let refiring = st.episodes.unproven_refiring();
+            if names.is_empty() && refiring.is_empty() {
                 return;
             }
             st.firing_proof_at = Some(now);
-            names.into_iter().collect()
+            (names.into_iter().collect(), refiring)
         };
         let Some(v) = &self.deps.verifier else {
             return;
         };
+        // Firing again after a resolution: proven only by ALERTS since it
+        // ended, one query each (a few a tick: the rest wait their turn).
+        for (alertname, since) in refiring.into_iter().take(REFIRING_PER_TICK) {
+            let window = (Utc::now() - since)
+                .to_std()
+                .unwrap_or_default()
+                .max(Duration::from_secs(1));
+            let answer = self
+                .signal(v.alert_label_sets(&[alertname.as_str()], Some(window)))
+                .await;
+            match answer {
+                Ok(sets) => {
+                    let proven = self
+                        .state
+                        .locked()
+                        .episodes
+                        .prove_refiring(&alertname, since, &sets);
+                    if proven > 0 {
+                        tracing::info!(alert = %alertname, proven, %since, "firing again after its resolution: confirmed by Prometheus");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(alert = %alertname, error = %e, label = e.label(), "cannot check whether the alert fired again; retrying later");
+                    break;
+                }
+            }
+        }
+        if names.is_empty() {
+            return;
+        }
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         match self
             .signal(v.alert_label_sets(&names, Some(EPISODE_TTL)))
