@@ -107,3 +107,109 @@ async fn an_owner_has_at_most_max_in_flight_releases_unanswered() {
         want(&["osm-02", "osm-04"])
     );
 }
+
+/// #38.3: a release that fails in the executor frees its owner's slot at
+/// the next tick, not after the 10-minute flight timeout. Two held machines
+/// of md-a, `max_in_flight: 1`; every write to osm-00 (first in line) is
+/// denied by a ValidatingAdmissionPolicy on the real apiserver, so its
+/// release fails again and again. osm-01 is still released within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_release_frees_its_owners_slot_at_the_next_tick() {
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = namespace(&client, "per-owner-fail").await;
+    let api = held_healthy_machines(&client, &ns, 2).await;
+    for name in ["osm-00", "osm-01"] {
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {OWNER_LABEL: "md-a"}}})),
+        )
+        .await
+        .expect("label");
+    }
+    // Denies every update of osm-00 in this namespace, whoever sends it.
+    let policy_name = format!("deny-{ns}");
+    let discovery = kube::Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("discovery");
+    for obj in [
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": policy_name},
+            "spec": {"failurePolicy": "Fail",
+                "matchConstraints": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                    "resourceRules": [{"apiGroups": ["infrastructure.cluster.x-k8s.io"], "apiVersions": ["*"],
+                        "operations": ["UPDATE"], "resources": ["openstackmachines", "openstackmachines/status"]}]},
+                "matchConditions": [{"name": "osm-00", "expression": "object.metadata.name == 'osm-00'"}],
+                "validations": [{"expression": "false", "message": "osm-00 is frozen by the test"}]}}),
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy_name},
+            "spec": {"policyName": policy_name, "validationActions": ["Deny"]}}),
+    ] {
+        let obj: kube::api::DynamicObject = serde_json::from_value(obj).expect("object");
+        crate::support::objects::apply_manifest(&client, &discovery, obj, None, false)
+            .await
+            .expect("policy");
+    }
+    // The policy is in force once a write to osm-00 is refused.
+    eventually(Duration::from_secs(30), "osm-00 frozen", || async {
+        api.patch(
+            "osm-00",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"probe": "x"}}})),
+        )
+        .await
+        .is_err()
+        .then_some(())
+    })
+    .await;
+    let remedy = Remedy::serve(
+        cluster,
+        &format!(
+            "namespaces: [{ns}]\nprofiles: [openstack-machine]\ntick: 200ms\nleader_election: {{enabled: false}}\n\
+             budget: {{refill_per_second: 10, burst: 10, per: {{label: {OWNER_LABEL}, max_in_flight: 1}}}}\n\
+             breaker: {{min_resources: 3, window: 1s, cooldown: 1s}}\n"
+        ),
+    );
+    remedy.wait_ready().await;
+    let started = std::time::Instant::now();
+    eventually(Duration::from_secs(30), "osm-01 released", || async {
+        let o = api.get("osm-01").await.ok()?;
+        (!held(&o)).then_some(())
+    })
+    .await;
+    let took = started.elapsed();
+    let o = api.get("osm-00").await.expect("osm-00");
+    assert!(held(&o), "osm-00's writes are all denied");
+    let failed = remedy
+        .metric(r#"remedy_actions_total{action="release",result="forbidden"}"#)
+        .await
+        + remedy
+            .metric(r#"remedy_actions_total{action="release",result="error"}"#)
+            .await;
+    assert!(
+        failed >= 1.0,
+        "osm-00's release failed first\n{}",
+        remedy.log_tail()
+    );
+    eprintln!(
+        "per_owner: osm-01 released {took:?} after remedy was ready, osm-00's release failed {failed} times"
+    );
+    // Scoped to this namespace either way; gone for tidiness.
+    for kind in [
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",
+    ] {
+        let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+            client.clone(),
+            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "admissionregistration.k8s.io",
+                "v1",
+                kind,
+            )),
+        );
+        let _ = api.delete(&policy_name, &Default::default()).await;
+    }
+}
