@@ -261,8 +261,42 @@ async fn the_admission_policy_limits_remedy_to_what_it_owns() {
         ex.run(&openstack, &okey, &hold).await.unwrap().steps,
         vec![Step::Hold]
     );
+    // Its Ready False/InstanceStateError goes alone, by the JSON patch of
+    // remediation.clear_conditions (#38.12), which the policy lets through:
+    // only False conditions lost, the rest unchanged.
     let out = ex.run(&openstack, &okey, &Goal::Remediate).await.unwrap();
-    assert_eq!(out.steps, vec![Step::ClearFailure, Step::Unpause]);
+    assert_eq!(
+        out.steps,
+        vec![Step::ClearFailure, Step::ClearConditions, Step::Unpause]
+    );
+    // But not a True condition dropped, nor one rewritten.
+    let sa_o = api_for(&sa, &o, &ns2);
+    let cond = |status: &str| {
+        json!([{"type": "Ready", "status": status, "reason": "x",
+        "lastTransitionTime": "2026-12-07T00:00:00Z"}])
+    };
+    assert_eq!(
+        merge(
+            &api_for(&admin, &o, &ns2),
+            &oname,
+            true,
+            json!({"status": {"conditions": cond("True")}})
+        )
+        .await
+        .0,
+        200
+    );
+    for body in [
+        json!({"status": {"conditions": []}}),
+        json!({"status": {"conditions": cond("False")}}),
+    ] {
+        let (code, message) = merge(&sa_o, &oname, true, body.clone()).await;
+        assert_eq!(code, 403, "{body}: {message}");
+        assert!(
+            message.contains("not change status.conditions"),
+            "{message}"
+        );
+    }
 
     let bkey = ResourceKey::new("BottlerocketShadow", &ns, &bname);
     let out = ex
