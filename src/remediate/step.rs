@@ -840,10 +840,12 @@ mod tests {
         }))
     }
 
-    /// #38.12, CAPO v0.15 (v1beta2): only Ready False/InstanceStateError
-    /// stops the controller; the release removes that condition alone, by
-    /// a JSON patch that tests its index and content and the
-    /// resourceVersion first, and keeps every other one.
+    /// #38.12, CAPO v0.15 (v1beta2): Ready False/InstanceStateError stops
+    /// the controller, and Ready is derived again from InstanceReady
+    /// False/InstanceStateError if that stays (capo_real::v015); the
+    /// release removes those two alone, by a JSON patch that tests each
+    /// one's index and content and the resourceVersion first, and keeps
+    /// every other one.
     #[test]
     fn a_v1beta2_machine_loses_only_the_condition_capo_stops_on() {
         let mut p = builtin("openstack-machine").unwrap();
@@ -872,6 +874,8 @@ mod tests {
                 {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
                 {"op": "test", "path": "/status/conditions/1", "value": ready},
                 {"op": "remove", "path": "/status/conditions/1"},
+                {"op": "test", "path": "/status/conditions/0", "value": instance},
+                {"op": "remove", "path": "/status/conditions/0"},
             ])
         );
         assert!(Step::ClearConditions.is_status() && Step::ClearConditions.is_json_patch());
@@ -882,8 +886,8 @@ mod tests {
         let after = apply_locally(&m, &body).unwrap();
         assert_eq!(
             after.data["status"]["conditions"],
-            json!([instance, paused]),
-            "the other conditions are kept, in order"
+            json!([paused]),
+            "the other conditions are kept"
         );
         assert_eq!(after.data["status"]["instanceState"], "ERROR");
         assert_eq!(
@@ -920,12 +924,14 @@ mod tests {
                 "/metadata/resourceVersion",
                 "/status/conditions/2",
                 "/status/conditions/2",
+                "/status/conditions/1",
+                "/status/conditions/1",
                 "/status/conditions/0",
                 "/status/conditions/0"
             ]
         );
         let after = apply_locally(&twice, &body).unwrap();
-        assert_eq!(after.data["status"]["conditions"], json!([instance]));
+        assert_eq!(after.data["status"]["conditions"], json!([]));
         // Ready for another reason, True or Unknown: not what CAPO stops on.
         for other in [
             json!({"type": "Ready", "status": "False", "reason": "InstanceNotReady"}),
@@ -952,8 +958,8 @@ mod tests {
     /// #38.12, CAPO v0.14 (v1beta1): failureReason is what stops the
     /// controller; the merge patch clears the failure fields and no longer
     /// the whole `/status/conditions` (it wiped every condition CAPO
-    /// wrote). Its Ready summary, False/InstanceStateError, goes alone by
-    /// the JSON patch; InstanceReady and the others stay.
+    /// wrote). Its Ready summary and InstanceReady, False/InstanceStateError,
+    /// go by the JSON patch; the others stay.
     #[test]
     fn a_v1beta1_machine_keeps_its_conditions_when_its_failure_is_cleared() {
         let p = builtin("openstack-machine").unwrap();
@@ -985,12 +991,23 @@ mod tests {
         );
         let cleared = apply_locally(&m, &body).unwrap();
         let body = patch(&p, &cleared, &Goal::Remediate, Step::ClearConditions);
-        assert_eq!(body[1]["path"], "/status/conditions/0");
-        assert_eq!(body[1]["value"], conditions[0]);
+        assert_eq!(body[1]["path"], "/status/conditions/1");
+        assert_eq!(body[1]["value"], conditions[1]);
+        assert_eq!(body[3]["path"], "/status/conditions/0");
+        assert_eq!(body[3]["value"], conditions[0]);
         let after = apply_locally(&cleared, &body).unwrap();
         let s = &after.data["status"];
         assert!(s.get("failureReason").is_none() && s.get("failureMessage").is_none());
-        assert_eq!(s["conditions"], json!([conditions[1], networks]));
+        assert_eq!(
+            s["conditions"],
+            json!(
+                conditions[2..]
+                    .iter()
+                    .cloned()
+                    .chain([networks])
+                    .collect::<Vec<_>>()
+            )
+        );
         assert_eq!(s["instanceState"], "ERROR");
         assert_eq!(s["instanceID"], m.data["status"]["instanceID"]);
     }

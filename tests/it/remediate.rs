@@ -356,9 +356,11 @@ async fn a_v1beta1_openstack_machine_keeps_its_conditions_through_remediation() 
     let s = &after.data["status"];
     assert!(s.get("failureReason").is_none(), "{s}");
     assert!(s.get("failureMessage").is_none(), "{s}");
-    assert_eq!(condition_types(&after), ["InstanceReady", "NetworkReady"]);
+    // Ready and InstanceReady, both False/InstanceStateError, go (CAPO
+    // v0.15 derives Ready from InstanceReady); the rest stays as written.
+    assert_eq!(condition_types(&after), ["NetworkReady"]);
     assert_eq!(
-        s["conditions"][0], m.data["status"]["conditions"][1],
+        s["conditions"][0], m.data["status"]["conditions"][2],
         "kept as CAPO wrote it"
     );
     assert_eq!(s["instanceState"], "ERROR");
@@ -366,8 +368,9 @@ async fn a_v1beta1_openstack_machine_keeps_its_conditions_through_remediation() 
 }
 
 /// #38.12 on CAPO v0.15.0-beta.0's CRDs (v1beta2 stored): the release
-/// removes Ready False/InstanceStateError, the one condition v0.15 stops
-/// on, and keeps every other; a plan from a stale read is refused (422).
+/// removes Ready False/InstanceStateError, the condition v0.15 stops on,
+/// and InstanceReady False/InstanceStateError, from which it derives Ready
+/// again, and keeps every other; a plan from a stale read is refused (422).
 #[tokio::test]
 async fn a_v1beta2_openstack_machine_loses_only_the_condition_capo_stops_on() {
     let cluster = TestCluster::start_with_crds(crate::support::CrdSet::CapoV0_15, &[]);
@@ -411,10 +414,9 @@ async fn a_v1beta2_openstack_machine_loses_only_the_condition_capo_stops_on() {
     let out = ex.run(&p, &key, &Goal::Release).await.unwrap();
     assert_eq!(out.steps, vec![Step::ClearConditions, Step::Unpause]);
     let after = api.get("m1").await.unwrap();
-    assert_eq!(condition_types(&after), ["InstanceReady", "Paused"]);
+    assert_eq!(condition_types(&after), ["Paused"]);
     let cs = &after.data["status"]["conditions"];
-    assert_eq!(cs[0], m.data["status"]["conditions"][0]);
-    assert_eq!(cs[1], m.data["status"]["conditions"][2]);
+    assert_eq!(cs[0], m.data["status"]["conditions"][2]);
     assert_eq!(after.data["status"]["instanceState"], "ERROR");
     assert!(!annotations(&after).contains_key(CAPI_PAUSED));
 }

@@ -147,10 +147,17 @@ pub fn builtins() -> Vec<Profile> {
     // (the v1beta1 view of a v0.15 object has no failure fields, only this
     // condition), and CAPO writes it again at the reconcile the cleared
     // failureReason lets through.
-    openstack.remediation.clear_conditions = vec![ConditionMatch {
-        type_: "Ready".into(),
-        reason: Some("InstanceStateError".into()),
-    }];
+    // InstanceReady False/InstanceStateError goes too: CAPO v0.15 derives
+    // the machine's Ready from it, so with it kept the cleared Ready comes
+    // straight back at the next reconcile, while the new server builds
+    // (capo_real::v015: held a second time with its server).
+    openstack.remediation.clear_conditions = ["Ready", "InstanceReady"]
+        .into_iter()
+        .map(|t| ConditionMatch {
+            type_: t.into(),
+            reason: Some("InstanceStateError".into()),
+        })
+        .collect();
     // CAPO v0.11+: the OpenStackServer is what calls Nova and Neutron. Its
     // controller (v0.14 controllers/openstackserver_controller.go) honours
     // cluster.x-k8s.io/paused on itself, sets instanceState ERROR with

@@ -665,15 +665,18 @@ fn clear_conditions_match_false_ones_and_need_a_status_conditions_list() {
             ..
         }
     ));
-    // The built-in names the one CAPO v0.15 stops on, and no longer
-    // clears the whole list.
+    // The built-in names the ones CAPO v0.15 stops on (Ready, and the
+    // InstanceReady it derives Ready from), and no longer clears the
+    // whole list.
     let osm = builtin("openstack-machine").unwrap();
     assert_eq!(
         osm.remediation.clear_conditions,
-        vec![ConditionMatch {
-            type_: "Ready".into(),
-            reason: Some("InstanceStateError".into())
-        }]
+        ["Ready", "InstanceReady"]
+            .map(|t| ConditionMatch {
+                type_: t.into(),
+                reason: Some("InstanceStateError".into())
+            })
+            .to_vec()
     );
     assert!(
         !osm.remediation
