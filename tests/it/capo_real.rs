@@ -712,47 +712,44 @@ fn shipped_config(ns: &str, token: &std::path::Path) -> String {
     serde_yaml_ng::to_string(&c).expect("yaml")
 }
 
-/// #39.1, the seed's own case: one transient error (a single 503 on a
-/// server create) during a scale-up of five machines, no outage, remedy with
+/// #39.1, the seed's own case: one transient error (503s on the create of
+/// one server) during a scale-up of five machines, no outage, remedy with
 /// the shipped config. CAPO v0.14.7 never creates that server again; remedy
 /// sees it stuck (ERROR, its controller silent for `retry.quiet`), retries
 /// it once by clearing its state, and CAPO creates it: every machine is
 /// ready within 5 minutes, with one retry, recorded on the object.
+///
+/// The 503s are for m0's zone only, until its server is in ERROR: on a
+/// loaded machine CAPO may send a second create before it writes the first
+/// one's ERROR (a single 503 then leaves nothing to heal).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_503_is_retried_by_remedy_with_the_shipped_config() {
-    let s = Capo::start("capo-lone-503").await;
+    let s = Capo::start_in_zones("capo-lone-503", &["az1", "az2", "az3"]).await;
     let (env, fake, procs) = (&s.env, &s.fake, s.procs());
     let tmp = tempfile::tempdir().expect("tmp");
     let token = tmp.path().join("token");
     std::fs::write(&token, "s3cret\n").expect("token");
     let remedy = s.remedy_with(&shipped_config(&env.ns, &token)).await;
-    // Exactly one server create answers 503.
     fake.set_faults(json!({"rules": [{
-        "service": "compute", "resource": "servers", "method": "POST", "status": 503, "times": 1,
+        "service": "compute", "resource": "servers", "method": "POST", "zone": "az3", "status": 503,
     }]}))
     .await;
     let start = Instant::now();
     let names: Vec<String> = (0..5).map(|i| format!("m{i}")).collect();
     for (i, n) in names.iter().enumerate() {
-        env.machine(n, if i % 2 == 0 { "az1" } else { "az2" }).await;
+        let zone = match i {
+            0 => "az3",
+            _ if i % 2 == 0 => "az1",
+            _ => "az2",
+        };
+        env.machine(n, zone).await;
     }
-    let failed = wait_for(
-        &procs,
-        Duration::from_secs(120),
-        "one server in ERROR",
-        || async {
-            for n in &names {
-                if let Some(o) = env.server(n).await
-                    && o.data["status"]["instanceState"] == "ERROR"
-                {
-                    return Some(n.clone());
-                }
-            }
-            None
-        },
-    )
-    .await;
+    let failed = "m0".to_string();
+    env.server_in_error(&procs, &failed).await;
     let error_at = start.elapsed();
+    // The cloud is fine again: one failure, no outage.
+    fake.clear_faults().await;
+    let failed_creates = server_creates(&fake.metrics().await);
     wait_for(
         &procs,
         Duration::from_secs(300),
@@ -791,9 +788,13 @@ async fn a_lone_503_is_retried_by_remedy_with_the_shipped_config() {
     assert!(held_for(&o).is_none(), "never held: no outage");
     assert_eq!(action(&remedy, "retry").await, 1.0, "{}", remedy.log_tail());
     assert_eq!(action(&remedy, "hold").await, 0.0);
-    // The failed create and the retried one: one more than the machines.
+    // The failed create(s) (one, or two when CAPO raced itself) and the
+    // retried one: the machines' own and at most two more.
     let creates = server_creates(&fake.metrics().await);
-    assert_eq!(creates, names.len() as u64 + 1, "server creates");
+    assert!(
+        (names.len() as u64 + 1..=names.len() as u64 + 2).contains(&creates),
+        "server creates: {creates} ({failed_creates} when m0 failed)"
+    );
     eprintln!(
         "capo lone 503: {failed} in ERROR at {error_at:?}, every machine's server ACTIVE at {healed_at:?}, {creates} creates"
     );
