@@ -614,17 +614,22 @@ mod tests {
         (format!("http://{addr}"), seen)
     }
 
-    /// Leadership lost before a write: counted as `not_leader` (what the
-    /// README documents), not `skipped`, and nothing is written.
-    #[tokio::test]
-    async fn a_write_without_leadership_counts_not_leader() {
-        let record = serde_json::to_string(&HoldMark {
+    /// remedy's hold record of a breaker hold, as the annotation holds it.
+    fn breaker_record() -> String {
+        serde_json::to_string(&HoldMark {
             since: chrono::Utc::now(),
             reason: "breaker".into(),
             crash_count: 1,
             value: None,
         })
-        .unwrap();
+        .unwrap()
+    }
+
+    /// Leadership lost before a write: counted as `not_leader` (what the
+    /// README documents), not `skipped`, and nothing is written.
+    #[tokio::test]
+    async fn a_write_without_leadership_counts_not_leader() {
+        let record = breaker_record();
         let held = json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackMachine",
             "metadata": {"name": "m", "namespace": "ns", "resourceVersion": "1",
@@ -670,13 +675,7 @@ mod tests {
     /// the conflict limit, like a 409.
     #[tokio::test]
     async fn a_condition_removal_is_a_json_patch_and_its_failed_test_a_conflict() {
-        let record = serde_json::to_string(&HoldMark {
-            since: chrono::Utc::now(),
-            reason: "breaker".into(),
-            crash_count: 1,
-            value: None,
-        })
-        .unwrap();
+        let record = breaker_record();
         let held = json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "OpenStackMachine",
             "metadata": {"name": "m", "namespace": "ns", "resourceVersion": "1",

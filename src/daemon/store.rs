@@ -535,18 +535,26 @@ mod tests {
         o
     }
 
-    #[test]
-    fn a_stale_write_arriving_while_the_reset_is_in_flight_is_judged_when_it_ends() {
-        let s = store();
+    /// A counted object (version 1) whose reset remedy is writing, and
+    /// remedy's reset (version 2) seen while the write is in flight; the
+    /// counters, to write back.
+    fn reset_in_flight(s: &Store) -> (ResourceKey, serde_json::Value) {
         let counted = json!({"remedy.dev/crash-count": "3", "remedy.dev/failure-time": "2026-12-03T01:00:00Z"});
         let key = s
             .apply(0, &with_annotations(osm(1, json!({})), counted.clone()))
             .unwrap();
         s.expect_reset(&key);
         s.begin_write(&key);
+        s.apply(0, &osm(2, json!({})));
+        (key, counted)
+    }
+
+    #[test]
+    fn a_stale_write_arriving_while_the_reset_is_in_flight_is_judged_when_it_ends() {
+        let s = store();
         // remedy's reset commits (version 2), and someone writes the old
         // counters back (version 3); both arrive before the reset's answer.
-        s.apply(0, &osm(2, json!({})));
+        let (key, counted) = reset_in_flight(&s);
         s.apply(0, &with_annotations(osm(3, json!({})), counted));
         assert!(s.take_undone().is_empty(), "in flight: taken for remedy's");
         s.end_write(&key, Some("2"));
@@ -582,14 +590,8 @@ mod tests {
     #[test]
     fn a_stale_write_judged_before_the_write_ends_and_stored_after_is_not_remedys() {
         let s = store();
-        let counted = json!({"remedy.dev/crash-count": "3", "remedy.dev/failure-time": "2026-12-03T01:00:00Z"});
-        let key = s
-            .apply(0, &with_annotations(osm(1, json!({})), counted.clone()))
-            .unwrap();
-        s.expect_reset(&key);
-        s.begin_write(&key);
         // remedy's reset (version 2) arrives while its write is in flight.
-        s.apply(0, &osm(2, json!({})));
+        let (key, counted) = reset_in_flight(&s);
         let stale = with_annotations(osm(3, json!({})), counted);
         let pause = Duration::from_millis(100);
         std::thread::scope(|scope| {
