@@ -14,6 +14,16 @@ use std::time::Duration;
 
 const OWNER_LABEL: &str = "cluster.x-k8s.io/deployment-name";
 
+/// remedy on `ns`, releasing at most one machine per MachineDeployment
+/// until its controller answers, with budget to spare.
+fn config(ns: &str) -> String {
+    format!(
+        "namespaces: [{ns}]\nprofiles: [openstack-machine]\ntick: 200ms\nleader_election: {{enabled: false}}\n\
+         budget: {{refill_per_second: 10, burst: 10, per: {{label: {OWNER_LABEL}, max_in_flight: 1}}}}\n\
+         breaker: {{min_resources: 3, window: 1s, cooldown: 1s}}\n"
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_has_at_most_max_in_flight_releases_unanswered() {
     let cluster = TestCluster::shared();
@@ -38,14 +48,7 @@ async fn an_owner_has_at_most_max_in_flight_releases_unanswered() {
             .expect("label");
         }
     }
-    let remedy = Remedy::serve(
-        cluster,
-        &format!(
-            "namespaces: [{ns}]\nprofiles: [openstack-machine]\ntick: 200ms\nleader_election: {{enabled: false}}\n\
-             budget: {{refill_per_second: 10, burst: 10, per: {{label: {OWNER_LABEL}, max_in_flight: 1}}}}\n\
-             breaker: {{min_resources: 3, window: 1s, cooldown: 1s}}\n"
-        ),
-    );
+    let remedy = Remedy::serve(cluster, &config(&ns));
     remedy.wait_ready().await;
     let still_held = || async {
         let list = api.list(&Default::default()).await.ok()?;
@@ -165,14 +168,7 @@ async fn a_failed_release_frees_its_owners_slot_at_the_next_tick() {
         .then_some(())
     })
     .await;
-    let remedy = Remedy::serve(
-        cluster,
-        &format!(
-            "namespaces: [{ns}]\nprofiles: [openstack-machine]\ntick: 200ms\nleader_election: {{enabled: false}}\n\
-             budget: {{refill_per_second: 10, burst: 10, per: {{label: {OWNER_LABEL}, max_in_flight: 1}}}}\n\
-             breaker: {{min_resources: 3, window: 1s, cooldown: 1s}}\n"
-        ),
-    );
+    let remedy = Remedy::serve(cluster, &config(&ns));
     remedy.wait_ready().await;
     let started = std::time::Instant::now();
     eventually(Duration::from_secs(30), "osm-01 released", || async {
