@@ -12,6 +12,8 @@
 #                        CAPO v0.14.7 is built against Cluster API v1.12
 #   bin/crds/capo-v0.15/ Cluster API v1.13.4 with CAPO v0.15.0-beta.0 (v1beta2,
 #                        from ../shared/upstream: the proxy does not serve it)
+#   bin/crds/capo-main/ Cluster API v1.14.2 with CAPO main (e52de58, after PR
+#                        #3300; its go.mod wants v1.14.0) from ../shared/upstream
 #   bin/crds/capd/       default plus CAPD v1.13.7's CRDs (the in-memory
 #                        provider, testenv/capd.sh) with their contract labels
 # Warm runs are no-ops: a set is rebuilt only when this script or a
@@ -32,6 +34,7 @@ ORC_REAL=v2.4.0       # the ORC module CAPO v0.14.7's go.mod requires
 CAPI_NEXT=v1.13.4     # what CAPO v0.15.0-beta.0's go.mod requires
 ORC_NEXT=v2.6.0
 CAPO_NEXT_TGZ=../../shared/upstream/cluster-api-provider-openstack-v0.15.0-beta.0.tar.gz
+CAPO_MAIN_TGZ=../../shared/upstream/cluster-api-provider-openstack-main-e52de58.tar.gz
 CAPD=v1.13.7          # testenv/capd.sh builds the same version
 
 # module@version → the extracted module directory in the module cache.
@@ -144,6 +147,13 @@ if [[ -f $CAPO_NEXT_TGZ ]]; then
 cluster.x-k8s.io/v1beta2: v1beta2"
 else
   echo "crds.sh: $CAPO_NEXT_TGZ missing: CRD set capo-v0.15 not built" >&2
+fi
+if [[ -f $CAPO_MAIN_TGZ ]]; then
+  build capo-main "$CAPI_DEFAULT" "$(capo_crds "tgz:$CAPO_MAIN_TGZ" cluster-api-provider-openstack-e52de58/ "$ORC_NEXT")" \
+    "cluster.x-k8s.io/v1beta1: v1beta1
+cluster.x-k8s.io/v1beta2: v1beta2"
+else
+  echo "crds.sh: $CAPO_MAIN_TGZ missing: CRD set capo-main not built" >&2
 fi
 
 # CAPD registers a controller for each of its kinds, Docker* included: it
