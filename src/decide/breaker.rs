@@ -101,6 +101,8 @@ pub struct OutageBreaker {
     /// reports the original outage.
     opened: Option<(Duration, OpenCause)>,
     last_now: Option<Duration>,
+    /// Resources failing (and still reconciling) in the last sample.
+    last_failing: u32,
 }
 
 impl OutageBreaker {
@@ -115,6 +117,7 @@ impl OutageBreaker {
             state: BreakerState::Closed,
             opened: None,
             last_now: None,
+            last_failing: 0,
         }
     }
 
@@ -124,6 +127,13 @@ impl OutageBreaker {
 
     pub fn is_open(&self) -> bool {
         self.state.is_open()
+    }
+
+    /// The windowed failing ratio it judges by (without an external
+    /// ratio), and the resources failing in its last sample: what the
+    /// shipped outage alert reads, so it fires on the breaker's own numbers.
+    pub fn judged(&self) -> (f64, u32) {
+        (self.ratios(None).0, self.last_failing)
     }
 
     /// Windowed failing ratio (max'ed with a valid external ratio) and
@@ -153,6 +163,7 @@ impl OutageBreaker {
         self.last_now = Some(now);
 
         let failing = sample.failing.min(sample.total);
+        self.last_failing = failing;
         let not_found = sample.not_found.min(sample.total);
         // Ratios of this sample alone; an empty sample has none and is not
         // averaged in (it would dilute the window with fake zeros).
@@ -278,6 +289,24 @@ mod tests {
             release: Default::default(),
             hold: Default::default(),
         }
+    }
+
+    /// What the shipped outage alert reads is what the breaker decides on:
+    /// the windowed ratio (not the last sample's) and the last count.
+    #[test]
+    fn judged_is_the_windowed_ratio_and_the_last_failing_count() {
+        let mut b = OutageBreaker::new(&cfg());
+        assert_eq!(b.judged(), (0.0, 0));
+        b.observe(secs(1), Sample::failing(10, 6));
+        b.observe(secs(2), Sample::failing(10, 2));
+        let (ratio, failing) = b.judged();
+        assert!((ratio - 0.4).abs() < 1e-9, "{ratio}");
+        assert_eq!(failing, 2);
+        // Past the window only the last sample is left.
+        b.observe(secs(20), Sample::failing(10, 1));
+        let (ratio, failing) = b.judged();
+        assert!((ratio - 0.1).abs() < 1e-9, "{ratio}");
+        assert_eq!(failing, 1);
     }
 
     #[test]

@@ -118,6 +118,15 @@ impl Breakers {
         self.map.iter().map(|(k, b)| (k, b.state()))
     }
 
+    /// Each domain's state with its windowed failing ratio and failing
+    /// count ([`OutageBreaker::judged`]).
+    pub fn judged(&self) -> impl Iterator<Item = (&Arc<str>, BreakerState, f64, u32)> {
+        self.map.iter().map(|(k, b)| {
+            let (ratio, failing) = b.judged();
+            (k, b.state(), ratio, failing)
+        })
+    }
+
     /// Domains whose breaker is open, for /status.
     pub fn open(&self) -> Vec<String> {
         self.map

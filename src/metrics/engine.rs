@@ -18,6 +18,8 @@ pub struct EngineMetrics {
     pub terminal_errors: Family<ErrorLabels, Counter>,
     pub transient_ratio: Family<KindLabels, FGauge>,
     pub breaker_open: Family<ScopeLabels, Gauge>,
+    pub breaker_ratio: Family<ScopeLabels, FGauge>,
+    pub breaker_failing: Family<ScopeLabels, Gauge>,
     pub release_pace: Family<ScopeLabels, FGauge>,
     pub budget_tokens: FGauge,
     pub held: Family<KindLabels, Gauge>,
@@ -35,6 +37,8 @@ impl EngineMetrics {
             terminal_errors: Family::default(),
             transient_ratio: Family::default(),
             breaker_open: Family::default(),
+            breaker_ratio: Family::default(),
+            breaker_failing: Family::default(),
             release_pace: Family::default(),
             budget_tokens: FGauge::default(),
             held: Family::default(),
@@ -67,6 +71,16 @@ impl EngineMetrics {
             "remedy_outage_breaker_open",
             "1 while the outage breaker holds failing resources",
             m.breaker_open.clone(),
+        );
+        r.register(
+            "remedy_outage_breaker_failing_ratio",
+            "Share of a failure domain's watched resources failing transiently while not held, averaged over breaker.window: what its breaker opens on",
+            m.breaker_ratio.clone(),
+        );
+        r.register(
+            "remedy_outage_breaker_failing",
+            "Resources of a failure domain failing transiently while not held, at the last tick: its breaker opens only with breaker.min_resources of them",
+            m.breaker_failing.clone(),
         );
         r.register(
             "remedy_release_pace",

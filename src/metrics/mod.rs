@@ -759,6 +759,8 @@ mod tests {
         };
         m.engine.breaker_open.get_or_create(&scope).set(1);
         m.engine.release_pace.get_or_create(&scope).set(1.0);
+        m.engine.breaker_ratio.get_or_create(&scope).set(0.5);
+        m.engine.breaker_failing.get_or_create(&scope).set(5);
         m.engine
             .waiting
             .get_or_create(&KindReasonLabels {

@@ -304,7 +304,7 @@ impl Engine {
             tracing::warn!(%domain, open = after.is_open(), ?before, state = ?after, "outage breaker changed");
         }
         let scope = st.core.domain_by().label();
-        for (domain, state) in st.core.breakers().states() {
+        for (domain, state, ratio, failing) in st.core.breakers().judged() {
             let labels = ScopeLabels {
                 scope,
                 domain: domain.to_string(),
@@ -314,6 +314,16 @@ impl Engine {
                 .breaker_open
                 .get_or_create(&labels)
                 .set(i64::from(state.is_open()));
+            self.metrics
+                .engine
+                .breaker_ratio
+                .get_or_create(&labels)
+                .set(ratio);
+            self.metrics
+                .engine
+                .breaker_failing
+                .get_or_create(&labels)
+                .set(i64::from(failing));
             self.metrics
                 .engine
                 .release_pace
