@@ -7,7 +7,7 @@ use crate::decide::episodes::Refusal;
 use crate::decide::facts;
 use crate::decide::release::WaitReason;
 use crate::decide::resets::Undone;
-use crate::decide::{ALERT_PREFIX, Action, Context, Fact};
+use crate::decide::{ALERT_PREFIX, Action, Context, Fact, Failing};
 use crate::decide::{BreakerState, Decisions, HoldOrder};
 use crate::metrics::values::OverwriteResult;
 use crate::metrics::{KindReasonLabels, ScopeLabels};
@@ -145,8 +145,21 @@ impl Engine {
         let followed: HashSet<&str> = follows.values().copied().collect();
         let mut held_owners: HashSet<ResourceKey> = HashSet::new();
         let mut followed_held: HashSet<ResourceKey> = HashSet::new();
+        // Owners with a follower failing and not held: an owner is retried
+        // only after it (CAPO v0.15 copies its server's ERROR back into the
+        // OpenStackMachine, so retrying the machine first only grows its
+        // crash count and backoff).
+        let mut followers_failing: HashSet<ResourceKey> = HashSet::new();
         if !followed.is_empty() {
+            let grace = self.settings.controller_grace;
             self.deps.store.for_each(|key, e| {
+                if let Some(owner) = follows.get(key.kind.as_ref())
+                    && matches!(e.view.pause, PauseState::NotPaused)
+                    && facts::failing(&e.verdict, e.signals_count(grace)) != Failing::No
+                    && let Some(name) = e.view.label(HELD_WITH_LABEL)
+                {
+                    followers_failing.insert(ResourceKey::new(owner, &key.namespace, name));
+                }
                 let ours = matches!(e.view.pause, PauseState::Ours { .. });
                 if followed.contains(key.kind.as_ref()) && !e.view.deleting && ours {
                     held_owners.insert(key.clone());
@@ -258,7 +271,8 @@ impl Engine {
                     verified: episodes.targets(key)
                         && verified.iter().any(|s| s.matches(key, &e.view)),
                     has_work: profile.is_some_and(|p| has_work(p, e)),
-                    stuck: profile.is_some_and(|p| stuck(p, e, fresh)),
+                    stuck: profile.is_some_and(|p| stuck(p, e, fresh))
+                        && !followers_failing.contains(key),
                     owner,
                     owner_held,
                     followed_held: followed_held.contains(key),
@@ -819,10 +833,6 @@ struct Held {
     followers_held: bool,
 }
 
-/// Whether remediation has anything to write for a resource that is not
-/// held: failure fields to clear or a native counter to reset. A failing
-/// condition alone (a controller still quoting the old error) is not worth a
-/// budget token.
 /// Its controller gave up on it (`remediation.retry`): its failure
 /// signals count (`fresh`), what stops the controller is there to clear,
 /// and nobody but remedy has written it for `quiet`.
@@ -834,6 +844,10 @@ fn stuck(profile: &Profile, e: &Entry, fresh: bool) -> bool {
         .is_some_and(|r| fresh && e.view.clearable && e.written_at.elapsed() >= r.quiet)
 }
 
+/// Whether remediation has anything to write for a resource that is not
+/// held: failure fields to clear or a native counter to reset. A failing
+/// condition alone (a controller still quoting the old error) is not worth a
+/// budget token.
 fn has_work(profile: &Profile, e: &Entry) -> bool {
     let view = &e.view;
     e.failure.is_some()

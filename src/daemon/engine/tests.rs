@@ -1130,3 +1130,78 @@ async fn a_machine_its_controller_gave_up_on_is_retried_once_its_controller_is_q
     );
     assert!(mark.note.contains("(attempt 1)"), "{}", mark.note);
 }
+
+/// An OpenStackServer in ERROR after a failed create, owned by its
+/// OpenStackMachine.
+fn server_in_error(name: &str, owner: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "OpenStackServer",
+        "metadata": {
+            "name": name, "namespace": "ns", "resourceVersion": "1",
+            "ownerReferences": [{
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+                "kind": "OpenStackMachine", "name": owner, "uid": "u-1",
+            }],
+        },
+        "spec": {"availabilityZone": "az1"},
+        "status": {
+            "instanceState": "ERROR",
+            "conditions": [{"type": "InstanceReady", "status": "False", "reason": "InstanceCreateFailed",
+                "message": "error creating Openstack instance: 503", "lastTransitionTime": "2026-12-07T00:00:00Z"}],
+        },
+    }))
+    .unwrap()
+}
+
+/// #39 (the v0.15 edge): a machine whose server still fails is not retried
+/// before its server is (CAPO v0.15 copies the server's ERROR back into the
+/// machine, and each early retry only doubles the machine's backoff): the
+/// server goes first, the machine once its server no longer fails.
+#[tokio::test]
+async fn a_machine_is_retried_only_after_its_failing_server() {
+    let mut c = cfg();
+    c.breaker.min_resources = 1000; // no outage
+    let quiet = crate::model::profile::RetrySpec {
+        quiet: Duration::from_millis(300),
+    };
+    let mut m = builtin("openstack-machine").unwrap();
+    m.remediation.retry = Some(quiet.clone());
+    let mut s = builtin("openstack-server").unwrap();
+    s.remediation.retry = Some(quiet);
+    let (e, store) = engine_with(&c, true, vec![m, s]);
+    for s in crate::daemon::watch::stream_ids(&e.deps.profiles, &c.namespaces) {
+        store.mark_synced(&s);
+    }
+    store.apply(0, &osm("a", true, json!({})));
+    store.apply(1, &server_in_error("a", "a"));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    e.tick().await;
+    let retried: Vec<_> = e
+        .pending
+        .goals
+        .lock()
+        .unwrap()
+        .queued
+        .iter()
+        .filter(|(_, g)| matches!(g, Goal::Retry(_)))
+        .map(|(k, _)| k.kind.to_string())
+        .collect();
+    assert_eq!(retried, ["OpenStackServer"], "the server first");
+    // The server builds again (its failure gone): the machine's turn.
+    e.pending.goals.lock().unwrap().queued.clear();
+    let mut healthy = server_in_error("a", "a");
+    healthy.data["status"] = json!({"instanceState": "BUILD"});
+    healthy.metadata.resource_version = Some("2".into());
+    store.apply(1, &healthy);
+    e.tick().await;
+    assert_eq!(pending(&e), vec![("a".into(), "retry")]);
+    let g = e.pending.goals.lock().unwrap();
+    assert!(
+        g.queued
+            .iter()
+            .any(|(k, g)| k.kind.as_ref() == "OpenStackMachine" && matches!(g, Goal::Retry(_))),
+        "{:?}",
+        g.queued
+    );
+}

@@ -191,8 +191,11 @@ pub fn builtins() -> Vec<Profile> {
             clear_status: paths(&["/status/instanceState", "/status/conditions"]),
             keep_if_set: paths(&["/status/instanceID"]),
             // CAPO v0.14 and v0.15 never reconcile a server in ERROR again
-            // (IsServerTerminalError); CAPO main retries it every 60 s,
-            // writing as it goes, which `quiet` sees.
+            // (IsServerTerminalError). CAPO main retries it (every 60 s, a
+            // failed create with controller-runtime's backoff) but writes
+            // nothing while the error stays the same, so `quiet` cannot see
+            // it: `controller_retries: true` says so
+            // (docs/upstream-behaviour.md, "Who retries a failed create").
             retry: Some(RetrySpec::default()),
             ..RemediationSpec::default()
         },
