@@ -1,6 +1,6 @@
 //! Every metric remedy exports, in one registry that each component's
-//! small metrics struct registers its own families in. Names follow the
-//! README's "Metrics" section; prometheus-client appends `_total` to
+//! small metrics struct registers its own families in. Names follow
+//! docs/reference/metrics.md, which the tests below check against it; prometheus-client appends `_total` to
 //! counters and unit suffixes itself (docs/upstream-behaviour.md,
 //! "prometheus-client 0.26 naming").
 
@@ -455,7 +455,7 @@ mod tests {
         );
     }
 
-    /// The pre-set values are the ones the code writes, and the README
+    /// The pre-set values are the ones the code writes, and the docs/reference/metrics.md
     /// lists them.
     #[test]
     fn preset_values_match_the_code_and_readme() {
@@ -498,12 +498,12 @@ mod tests {
         for s in [AlertStatus::Firing, AlertStatus::Resolved] {
             assert!(values::WebhookStatus::labels().contains(&s.as_str()));
         }
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/reference/metrics.md");
         let row = |metric: &str| {
             readme
                 .lines()
                 .find(|l| l.starts_with(&format!("| `{metric}`")))
-                .unwrap_or_else(|| panic!("README has no row for {metric}"))
+                .unwrap_or_else(|| panic!("docs/reference/metrics.md has no row for {metric}"))
                 .to_string()
         };
         for (metric, lists) in [
@@ -544,29 +544,29 @@ mod tests {
                 let listed = row
                     .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                     .any(|w| w == v);
-                assert!(listed, "README row of {metric} does not list {v}: {row}");
+                assert!(
+                    listed,
+                    "docs/reference/metrics.md row of {metric} does not list {v}: {row}"
+                );
             }
         }
     }
 
-    /// A documented label: its name and, when the README enumerates them
+    /// A documented label: its name and, when the docs/reference/metrics.md enumerates them
     /// (`label=a\|b`), its values.
     type DocLabels = BTreeMap<String, Option<BTreeSet<String>>>;
 
-    /// The README's metric table: metric name → (type, labels).
-    fn readme_table() -> BTreeMap<String, (String, DocLabels)> {
-        let readme = include_str!("../../README.md");
-        let (_, section) = readme
-            .split_once("\n## Metrics\n")
-            .expect("README has a Metrics section");
-        let section = section.split("\n## ").next().unwrap_or(section);
+    /// The metric table of docs/reference/metrics.md: metric name → (type, labels).
+    fn reference_table() -> BTreeMap<String, (String, DocLabels)> {
+        let readme = include_str!("../../docs/reference/metrics.md");
+        let section = readme;
         let mut table = BTreeMap::new();
         for row in section.lines().filter(|l| l.starts_with("| `")) {
             // `\|` separates enumerated values inside a cell.
             let row = row.replace("\\|", "\u{1}");
             let cols: Vec<&str> = row.split('|').map(str::trim).collect();
             let [_, names, kind, labels, _] = cols[..] else {
-                panic!("README metric row without 3 columns: {row}");
+                panic!("docs/reference/metrics.md metric row without 3 columns: {row}");
             };
             let kind = without_parentheses(kind).trim().to_string();
             let mut doc = DocLabels::new();
@@ -581,15 +581,21 @@ mod tests {
                 // Prose outside parentheses would be read as a label.
                 assert!(
                     !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
-                    "README row {row}: {name:?} is not a label name (explanations go in parentheses)"
+                    "docs/reference/metrics.md row {row}: {name:?} is not a label name (explanations go in parentheses)"
                 );
                 doc.insert(name.to_string(), values);
             }
             let names: Vec<&str> = names.split('`').skip(1).step_by(2).collect();
-            assert!(!names.is_empty(), "README row names no metric: {row}");
+            assert!(
+                !names.is_empty(),
+                "docs/reference/metrics.md row names no metric: {row}"
+            );
             for name in names {
                 let old = table.insert(name.to_string(), (kind.clone(), doc.clone()));
-                assert!(old.is_none(), "{name} is in the README table twice");
+                assert!(
+                    old.is_none(),
+                    "{name} is in the docs/reference/metrics.md table twice"
+                );
             }
         }
         table
@@ -617,7 +623,7 @@ mod tests {
         labels: BTreeMap<String, BTreeSet<String>>,
     }
 
-    /// Families of an exposition, under the name the README uses for them
+    /// Families of an exposition, under the name the docs/reference/metrics.md uses for them
     /// (OpenMetrics types counters and infos without their sample suffix).
     fn exposed(text: &str, format: Format) -> BTreeMap<String, Exposed> {
         let mut out: BTreeMap<String, Exposed> = BTreeMap::new();
@@ -666,7 +672,7 @@ mod tests {
     }
 
     /// The label values the code writes, where they are a table (or an
-    /// enum's labels) and not pre-set: what the README must enumerate.
+    /// enum's labels) and not pre-set: what the docs/reference/metrics.md must enumerate.
     fn code_values(metric: &str, label: &str) -> Option<Vec<&'static str>> {
         use crate::decide::release::WaitReason;
         use crate::model::domains::DomainBy;
@@ -715,13 +721,16 @@ mod tests {
         Some(v)
     }
 
-    /// Every metric the README's table lists is exposed with the documented
+    /// Every metric the docs/reference/metrics.md's table lists is exposed with the documented
     /// type and label names, nothing exposed is missing from it, and
     /// enumerated label values are exactly what the code pre-sets or writes.
     #[test]
-    fn readme_metric_table_matches_the_registry() {
-        let doc = readme_table();
-        assert!(doc.len() > 20, "README table not found: {doc:?}");
+    fn metric_reference_matches_the_registry() {
+        let doc = reference_table();
+        assert!(
+            doc.len() > 20,
+            "docs/reference/metrics.md table not found: {doc:?}"
+        );
 
         // Everything configured, so every preset is made.
         let m = std::sync::Arc::new(Metrics::new(10));
@@ -785,7 +794,7 @@ mod tests {
             let missing: Vec<_> = documented.difference(&exposed_names).collect();
             assert!(
                 undocumented.is_empty() && missing.is_empty(),
-                "{format:?}: exposed, not in the README table: {undocumented:?}; in the table, not exposed: {missing:?}"
+                "{format:?}: exposed, not in the docs/reference/metrics.md table: {undocumented:?}; in the table, not exposed: {missing:?}"
             );
             for (name, (kind, labels)) in &doc {
                 let e = &got[name];
@@ -809,7 +818,7 @@ mod tests {
                         let undocumented: Vec<_> = seen.difference(values).collect();
                         assert!(
                             undocumented.is_empty(),
-                            "{name}{{{label}}}: {undocumented:?} exposed, not in the README"
+                            "{name}{{{label}}}: {undocumented:?} exposed, not in the docs/reference/metrics.md"
                         );
                     }
                 }
@@ -826,7 +835,7 @@ mod tests {
                 if let Some(seen) = preset.get(name).and_then(|e| e.labels.get(label)) {
                     assert_eq!(
                         seen, &want,
-                        "{name}{{{label}}}: pre-set (left) and README (right) values differ"
+                        "{name}{{{label}}}: pre-set (left) and docs/reference/metrics.md (right) values differ"
                     );
                     checked = true;
                 }
@@ -834,20 +843,20 @@ mod tests {
                     let code: BTreeSet<String> = code.into_iter().map(String::from).collect();
                     assert_eq!(
                         code, want,
-                        "{name}{{{label}}}: the code's values (left) and README (right) differ"
+                        "{name}{{{label}}}: the code's values (left) and docs/reference/metrics.md (right) differ"
                     );
                     checked = true;
                 }
                 assert!(
                     checked,
-                    "{name}{{{label}}}: the README enumerates values nothing in the code lists; add them to `values` or pre-set them"
+                    "{name}{{{label}}}: the docs/reference/metrics.md enumerates values nothing in the code lists; add them to `values` or pre-set them"
                 );
             }
         }
     }
 
     #[test]
-    fn apiserver_slowdown_metrics_are_exported_and_in_the_readme() {
+    fn apiserver_slowdown_metrics_are_exported_and_documented() {
         let m = Metrics::new(10);
         m.apiserver.throttled.inc();
         m.apiserver.backoff.set(2.5);
@@ -862,7 +871,7 @@ mod tests {
             Some(2.5),
             "{t}"
         );
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/reference/metrics.md");
         for metric in [
             "remedy_apiserver_throttled_total",
             "remedy_apiserver_backoff_seconds",
@@ -871,7 +880,7 @@ mod tests {
                 readme
                     .lines()
                     .any(|l| l.starts_with(&format!("| `{metric}`"))),
-                "README has no row for {metric}"
+                "docs/reference/metrics.md has no row for {metric}"
             );
         }
     }
