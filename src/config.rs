@@ -1062,17 +1062,17 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_config_block_is_a_real_config() {
-        let readme = include_str!("../README.md");
-        let start = readme
-            .find("## Configuration")
-            .and_then(|i| readme[i..].find("```yaml").map(|j| i + j + "```yaml".len()))
-            .expect("README has a yaml block under Configuration");
-        let end = start + readme[start..].find("```").expect("block ends");
-        let mut cfg = Config::from_yaml(&readme[start..end]).expect("README config parses");
+    fn the_config_by_example_is_a_real_config() {
+        let page = include_str!("../docs/reference/config-example.md");
+        let start = page
+            .find("```yaml")
+            .map(|i| i + "```yaml".len())
+            .expect("docs/reference/config-example.md has a yaml block");
+        let end = start + page[start..].find("```").expect("block ends");
+        let mut cfg = Config::from_yaml(&page[start..end]).expect("the example parses");
         // The block shows `prometheus_url: null`; alerts need one to validate.
         cfg.signals.prometheus_url = Some("http://127.0.0.1:9090".into());
-        let v = cfg.validate().expect("README config validates");
+        let v = cfg.validate().expect("the example validates");
         let vm = v
             .profiles
             .iter()
@@ -1083,6 +1083,41 @@ mod tests {
             Some(serde_json::Value::from("true"))
         );
         assert_eq!(v.config.controller_grace, Duration::from_secs(300));
+    }
+
+    /// The configs the provider guides show (a yaml block whose first
+    /// line is `# remedy config`) are real: they parse and validate.
+    #[test]
+    fn the_guides_configs_are_real_configs() {
+        let mut seen = 0;
+        for (name, page) in guides() {
+            for block in page.split("```yaml\n").skip(1) {
+                let block = block.split("```").next().unwrap_or_default();
+                if !block.starts_with("# remedy config") {
+                    continue;
+                }
+                seen += 1;
+                Config::from_yaml(block)
+                    .and_then(Config::validate)
+                    .unwrap_or_else(|e| panic!("{name}: {e}\n{block}"));
+            }
+        }
+        assert!(seen >= 5, "{seen} configs in the guides");
+    }
+
+    /// docs/guides/*.md, read at test time.
+    pub fn guides() -> Vec<(String, String)> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/guides");
+        let mut out: Vec<_> = std::fs::read_dir(&dir)
+            .expect("docs/guides")
+            .map(|e| {
+                let p = e.expect("entry").path();
+                let text = std::fs::read_to_string(&p).expect("read");
+                (p.display().to_string(), text)
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     #[test]

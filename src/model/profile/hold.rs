@@ -24,7 +24,7 @@ pub struct HoldSpec {
     /// What remedy writes. Annotation: a string (default `"true"`, which
     /// every known controller honours: Crossplane pauses only on exactly
     /// that); field: any JSON value (default `true`). The controller must
-    /// treat it as paused: see README "What a hold means". Ownership does
+    /// treat it as paused: see docs/concepts/holds.md. Ownership does
     /// not depend on it: remedy's record says which value it wrote.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
