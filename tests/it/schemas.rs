@@ -78,6 +78,28 @@ fn every_shipped_config_passes_the_schema_and_names_it() {
         let p = seed.unwrap().path();
         files.push(p.strip_prefix(repo()).unwrap().display().to_string());
     }
+    // The configs the docs show: the guides' (`# remedy config`) and the
+    // full example, which the parser accepts too (config's unit tests).
+    let dir = tempfile::tempdir().unwrap();
+    let mut pages: Vec<_> = std::fs::read_dir(repo().join("docs/guides"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    pages.push(repo().join("docs/reference/config-example.md"));
+    let mut blocks = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for block in text.split("```yaml\n").skip(1) {
+            let block = block.split("```").next().unwrap_or_default();
+            if page.ends_with("config-example.md") || block.starts_with("# remedy config") {
+                blocks += 1;
+                let file = dir.path().join(format!("block-{blocks}.yaml"));
+                std::fs::write(&file, block).unwrap();
+                files.push(file.display().to_string());
+            }
+        }
+    }
+    assert!(blocks >= 6, "{blocks} configs in the docs");
     let mut args = vec![CONFIG_SCHEMA];
     args.extend(files.iter().map(String::as_str));
     let (ok, said) = check_schema(&args);
