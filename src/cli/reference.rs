@@ -83,7 +83,8 @@ fn configuration(schema: &Value) -> String {
          (`remedy config-schema` prints it): `deploy/base/config.yaml` names it in its \
          `yaml-language-server` comment.\n\n\
          Every key, its type, its default (empty: none, or required where marked) and what it does. \
-         A custom profile's keys are under [Profile](#profile).\n",
+         The `profiles[].` keys are those of a built-in with some settings replaced \
+         (`{builtin: NAME, ...}`); a custom profile's keys are under [Profile](#profile).\n",
     );
     let mut rows = Vec::new();
     walk(schema, "", &defs, &mut rows, &mut Vec::new());
@@ -178,21 +179,31 @@ fn walk(
             default,
             doc,
         });
-        // Into a section; into a list's items when they are sections.
-        let (sub, sub_name, sub_path) = if is_section(target) {
-            (target, name, format!("{path}."))
+        // Into a section, a list's items, and each form of an untagged
+        // enum (a built-in override among `profiles`) that is a section.
+        let (inner, inner_path) = if is_section(target) || target["items"].is_null() {
+            (target, format!("{path}."))
         } else {
-            let (iname, items) = deref(&target["items"], defs);
-            (items, iname, format!("{path}[]."))
+            (deref(&target["items"], defs).1, format!("{path}[]."))
         };
-        if is_section(sub) {
+        let (inner_name, inner) = match inner["$ref"].as_str() {
+            Some(_) => deref(inner, defs),
+            None => (name, inner),
+        };
+        let mut subs = vec![(inner_name, inner)];
+        for key in ["anyOf", "oneOf"] {
+            for alt in inner[key].as_array().into_iter().flatten() {
+                subs.push(deref(alt, defs));
+            }
+        }
+        for (sub_name, sub) in subs {
             let name = sub_name.unwrap_or("").to_string();
             // A custom profile has its own section; no schema loops.
-            if name == "Profile" || seen.contains(&name) {
+            if !is_section(sub) || name == "Profile" || seen.contains(&name) {
                 continue;
             }
             seen.push(name);
-            walk(sub, &sub_path, defs, rows, seen);
+            walk(sub, &inner_path, defs, rows, seen);
             seen.pop();
         }
     }
@@ -534,6 +545,8 @@ mod tests {
             "| `breaker.domain` | `cluster` \\| `kind` \\| `namespace` \\| `zone`, or `{label: string}`, or `{field: string}` | `cluster` |",
             "| `profiles` | list of ",
             "| `hold.resume.kind` | string | required |",
+            "| `profiles[].controller_retries` | boolean (optional) |",
+            "| `breaker.domain.label` | string | required |",
         ] {
             assert!(page.contains(row), "{row} not in:\n{page}");
         }

@@ -61,12 +61,14 @@ enum Repr {
 #[derive(Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct LabelRepr {
+    /// A label of the object, e.g. `topology.kubernetes.io/zone`.
     label: String,
 }
 
 #[derive(Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct FieldRepr {
+    /// A JSON pointer into the object, e.g. `/spec/failureDomain`.
     field: String,
 }
 
