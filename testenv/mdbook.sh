@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # mdBook, which builds docs/ as a book (docs/book.toml; scripts/check-book.sh
 # builds it and checks its links), from its crate, cached outside the clone
-# (a few minutes once on two cores) and linked as testenv/bin/mdbook. Only
-# the `search` feature: the book is built, never served from here.
+# (about 12 min of wall time once here, beside other builds; not timed
+# alone) and linked as testenv/bin/mdbook. Only the `search` feature: the
+# book is built, never served from here.
 set -euo pipefail
 cd "$(dirname "$0")"
 MDBOOK_VERSION=0.5.4
