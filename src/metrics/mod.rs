@@ -559,7 +559,8 @@ mod tests {
     /// The metric table of docs/reference/metrics.md: metric name → (type, labels).
     fn reference_table() -> BTreeMap<String, (String, DocLabels)> {
         let readme = include_str!("../../docs/reference/metrics.md");
-        let section = readme;
+        // The table above the generated "As registered" section.
+        let section = readme.split(REGISTERED).next().unwrap_or(readme);
         let mut table = BTreeMap::new();
         for row in section.lines().filter(|l| l.starts_with("| `")) {
             // `\|` separates enumerated values inside a cell.
@@ -721,18 +722,9 @@ mod tests {
         Some(v)
     }
 
-    /// Every metric the docs/reference/metrics.md's table lists is exposed with the documented
-    /// type and label names, nothing exposed is missing from it, and
-    /// enumerated label values are exactly what the code pre-sets or writes.
-    #[test]
-    fn metric_reference_matches_the_registry() {
-        let doc = reference_table();
-        assert!(
-            doc.len() > 20,
-            "docs/reference/metrics.md table not found: {doc:?}"
-        );
-
-        // Everything configured, so every preset is made.
+    /// A registry with everything configured, so every preset is made
+    /// (the store pre-sets the per-kind gauges), and what that pre-set.
+    fn preset_registry() -> (std::sync::Arc<Metrics>, BTreeMap<String, Exposed>) {
         let m = std::sync::Arc::new(Metrics::new(10));
         m.preset(&Known {
             kinds: vec!["OpenStackMachine".into()],
@@ -750,8 +742,12 @@ mod tests {
             Format::Text004,
         );
 
-        // One series in every family nothing pre-sets, through the label
-        // structs the code writes with, so their label names are exposed.
+        (m, preset)
+    }
+
+    /// One series in every family nothing pre-sets, through the label
+    /// structs the code writes with, so their label names are exposed.
+    fn with_a_series_each(m: &Metrics) {
         let key = ResourceKey::new("OpenStackMachine", "ns", "m-1");
         m.series.set(&key, 1, 60.0);
         m.series.set_release_etas(|_| Some(30.0));
@@ -785,6 +781,21 @@ mod tests {
                 kind: "OpenStackMachine".into(),
             })
             .set(1);
+    }
+
+    /// Every metric the docs/reference/metrics.md's table lists is exposed with the documented
+    /// type and label names, nothing exposed is missing from it, and
+    /// enumerated label values are exactly what the code pre-sets or writes.
+    #[test]
+    fn metric_reference_matches_the_registry() {
+        let doc = reference_table();
+        assert!(
+            doc.len() > 20,
+            "docs/reference/metrics.md table not found: {doc:?}"
+        );
+
+        let (m, preset) = preset_registry();
+        with_a_series_each(&m);
 
         for format in [Format::OpenMetrics, Format::Text004] {
             let got = exposed(&m.encode_as(format).expect("encode"), format);
@@ -853,6 +864,77 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Where the generated part of docs/reference/metrics.md starts.
+    const REGISTERED: &str = "## As registered\n";
+
+    /// Every family the registry has, as a scrape of OpenMetrics names it:
+    /// (name, type, help), in registration order.
+    fn registered() -> Vec<(String, String, String)> {
+        // Families with no series are not announced: the same registry
+        // as the table's check, every family with a series.
+        let (m, _) = preset_registry();
+        with_a_series_each(&m);
+        let text = m.encode_as(Format::OpenMetrics).expect("encode");
+        let mut help = BTreeMap::new();
+        let mut out = Vec::new();
+        for line in text.lines() {
+            if let Some(h) = line.strip_prefix("# HELP ") {
+                let (name, text) = h.split_once(' ').unwrap_or((h, ""));
+                help.insert(name.to_string(), text.to_string());
+            } else if let Some(t) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = t.split_once(' ').expect("# TYPE name type");
+                let shown = match kind {
+                    "counter" => format!("{name}_total"),
+                    "info" => format!("{name}_info"),
+                    _ => name.to_string(),
+                };
+                let text = help.get(name).cloned().unwrap_or_default();
+                out.push((shown, kind.to_string(), text));
+            }
+        }
+        out
+    }
+
+    /// The end of docs/reference/metrics.md is generated from the registry
+    /// (each family's type and help text) and lists exactly the families
+    /// its table documents; `REMEDY_BLESS=1 cargo test --lib metrics`
+    /// rewrites it.
+    #[test]
+    fn the_registered_families_section_is_current() {
+        let families = registered();
+        let names: BTreeSet<&str> = families.iter().map(|(n, _, _)| n.as_str()).collect();
+        let table = reference_table();
+        assert_eq!(
+            names,
+            table.keys().map(String::as_str).collect(),
+            "registered (left) and documented (right) families"
+        );
+        let mut section = format!(
+            "{REGISTERED}\n<!-- Generated from the registry by src/metrics/mod.rs (the_registered_families_section_is_current):\n     `REMEDY_BLESS=1 cargo test --lib metrics` rewrites it. -->\n\n\
+             Each family as `/metrics` announces it in OpenMetrics (its `# TYPE` and `# HELP`).\n\n\
+             | metric | type | help |\n|---|---|---|\n"
+        );
+        for (name, kind, help) in &families {
+            section.push_str(&format!(
+                "| `{name}` | {kind} | {} |\n",
+                help.replace('|', "\\|")
+            ));
+        }
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference/metrics.md");
+        let page = std::fs::read_to_string(&path).expect("docs/reference/metrics.md");
+        let head = page.split(REGISTERED).next().unwrap_or(&page);
+        let want = format!("{}\n{section}", head.trim_end());
+        if page != want && std::env::var_os("REMEDY_BLESS").is_some() {
+            std::fs::write(&path, &want).expect("write");
+            return;
+        }
+        assert!(
+            page == want,
+            "docs/reference/metrics.md's \"As registered\" differs from the registry: run `REMEDY_BLESS=1 cargo test --lib metrics`"
+        );
     }
 
     #[test]
