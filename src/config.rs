@@ -5,6 +5,7 @@ use crate::model::backoff::BackoffPolicy;
 use crate::model::classify::{Classifier, RuleSpec, default_rules};
 pub use crate::model::domains::DomainBy;
 use crate::model::profile::{self, Profile};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -45,19 +46,31 @@ impl ConfigError {
 /// A profile entry: a built-in by name, a built-in with another API version
 /// (e.g. CAPI v1beta2) or a label selector, or a full custom profile for any
 /// CRD.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ProfileRef {
-    Builtin(String),
+    Builtin(#[schemars(schema_with = "builtin_names")] String),
     Override(Box<BuiltinOverride>),
     Custom(Box<Profile>),
 }
 
+/// The built-in profiles' names, for the config's JSON Schema.
+fn builtin_names(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let names: Vec<String> = profile::builtins().into_iter().map(|p| p.name).collect();
+    schemars::json_schema!({
+        "type": "string",
+        "enum": names,
+        "description": "A built-in profile (`remedy profiles`).",
+    })
+}
+
 /// A built-in profile with some of its settings replaced.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BuiltinOverride {
+    #[schemars(schema_with = "builtin_names")]
     pub builtin: String,
+    /// Another API version of the built-in's kind (e.g. CAPI `v1beta2`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     /// Only objects this label selector matches (see `Profile::label_selector`).
@@ -78,7 +91,7 @@ pub struct BuiltinOverride {
     pub controller_retries: Option<bool>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BudgetConfig {
     /// Tokens added per second, cluster-wide.
@@ -88,6 +101,7 @@ pub struct BudgetConfig {
     /// Pace of all Kubernetes writes (holds included), cluster-wide: holds
     /// must be fast during an outage, but never a storm on the apiserver.
     pub writes_per_second: f64,
+    /// Bucket size of the writes.
     pub write_burst: u32,
     /// At most `max_in_flight` releases and remediations of one owner
     /// unanswered at once (a MachineDeployment's, a CAPI cluster's).
@@ -107,7 +121,7 @@ impl Default for BudgetConfig {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BreakerConfig {
     /// Opens when the failing share of watched resources reaches this.
@@ -117,8 +131,13 @@ pub struct BreakerConfig {
     /// Fewer failing resources than this never open the breaker.
     pub min_resources: u32,
     #[serde(with = "humantime_serde")]
+    /// The failing share is counted over this window.
+    #[schemars(with = "crate::model::DurationSchema")]
     pub window: Duration,
+    /// An open breaker closes only once the share stayed below
+    /// `close_ratio` this long.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::model::DurationSchema")]
     pub cooldown: Duration,
     /// Optional PromQL returning the fleet-wide ratio across remedy instances.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -146,7 +165,7 @@ pub struct BreakerConfig {
 /// nothing of their own only once it closes (probes are the failing ones,
 /// so it needs `release.probe_every`: the breaker cools only once they
 /// succeed).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BreakerHold {
     #[default]
@@ -155,7 +174,7 @@ pub enum BreakerHold {
 }
 
 /// How releases are paced by what they observe (AIMD per failure domain).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PaceConfig {
     /// While a domain's breaker is open, release one held resource this
@@ -167,9 +186,11 @@ pub struct PaceConfig {
         with = "humantime_serde",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(with = "Option<crate::model::DurationSchema>")]
     pub probe_every: Option<Duration>,
     /// Outcomes are judged, and the pace adjusted, once per window.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::model::DurationSchema")]
     pub window: Duration,
     /// Additive increase per window, in releases per second.
     pub step: f64,
@@ -205,13 +226,14 @@ impl Default for BreakerConfig {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WebhookConfig {
     /// File holding the bearer token Alertmanager sends. Without it the
     /// webhook is disabled (remedy refuses unauthenticated writes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_file: Option<PathBuf>,
+    /// A larger notification is answered 413.
     pub max_body_bytes: usize,
     /// Notifications queued for processing before 503 is answered.
     pub queue: usize,
@@ -233,16 +255,18 @@ pub const MAX_HEADERS: usize = 1000;
 
 /// Limits of the listener (plain and TLS alike): what one client, or many,
 /// may cost before remedy closes or refuses connections.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
     /// A request's head (and the TLS handshake) must arrive within this; the
     /// same timer closes a keep-alive connection that sends no next request.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::model::DurationSchema")]
     pub header_read_timeout: Duration,
     /// A connection on which nothing is read or written for this long is
     /// closed (a stalled body upload, a client that stops reading).
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::model::DurationSchema")]
     pub idle_timeout: Duration,
     /// Open connections at most; more are closed at once and counted in
     /// `remedy_http_connections_refused_total`.
@@ -267,7 +291,7 @@ impl Default for HttpConfig {
 
 /// Serve the listener (webhook, metrics, probes) over HTTPS. The files are
 /// read at start, so a bad certificate fails startup, not the first request.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
     /// PEM certificate chain, leaf first.
@@ -279,7 +303,7 @@ pub struct TlsConfig {
 /// How to reach a signal source behind auth (thanos-querier, Mimir/Cortex
 /// tenants, basic auth, a private CA). Secret files are re-read on every
 /// request, so a rotated Secret works without a restart.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SourceClient {
     /// File holding a bearer token (e.g. a projected ServiceAccount token).
@@ -325,19 +349,23 @@ impl SourceClient {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BasicAuth {
     pub username: String,
+    /// File holding the password, re-read on every request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_file: Option<PathBuf>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SignalsConfig {
+    /// Prometheus (or a query frontend): alerts are verified there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus_url: Option<String>,
+    /// Alertmanager: its active alerts (silenced and inhibited too) are
+    /// read there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alertmanager_url: Option<String>,
     /// Client settings for Prometheus (or a query frontend).
@@ -347,9 +375,12 @@ pub struct SignalsConfig {
     #[serde(skip_serializing_if = "is_default")]
     pub alertmanager: SourceClient,
     #[serde(with = "humantime_serde")]
+    /// Each query to Prometheus or Alertmanager.
+    #[schemars(with = "crate::model::DurationSchema")]
     pub timeout: Duration,
     /// How long an alert must stay resolved before remediation starts.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::model::DurationSchema")]
     pub settle: Duration,
 }
 
@@ -373,13 +404,18 @@ impl Default for SignalsConfig {
 // The alert rule types live with the scopes they make (model::scope).
 pub use crate::model::scope::{AlertRule, Selector};
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LeaderConfig {
+    /// Off: this replica acts alone (one replica only).
     pub enabled: bool,
+    /// The Lease the replicas compete for.
     pub lease_name: String,
+    /// Where the Lease and the episode record are: remedy's own namespace.
     pub namespace: String,
     #[serde(with = "humantime_serde")]
+    /// A leader that stops renewing is replaced after this.
+    #[schemars(with = "crate::model::DurationSchema")]
     pub lease_duration: Duration,
     /// ConfigMap in `namespace` that holds alert episodes for all replicas
     /// (see `record`): any replica writes notifications there, the leader
@@ -402,7 +438,7 @@ impl Default for LeaderConfig {
 /// The pause switch (`remedy pause`): a ConfigMap every replica reads at
 /// every tick; while its `paused` key is "true", remedy writes nothing to
 /// the resources it watches (`daemon::pause`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PauseSwitchConfig {
     /// Where the ConfigMap is: remedy's own namespace, as the Lease.
@@ -420,9 +456,12 @@ impl Default for PauseSwitchConfig {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClassificationConfig {
+    /// First match wins; a failure no rule matches is transient
+    /// (`unmatched`). Default: the seed rules, derived from the providers'
+    /// source (tests/fixtures/wordings.yaml).
     pub rules: Vec<RuleSpec>,
 }
 
@@ -434,40 +473,62 @@ impl Default for ClassificationConfig {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// Address of the listener: the Alertmanager webhook, `/metrics`,
+    /// `/status` and the probes.
     pub listen: SocketAddr,
     /// HTTPS for the listener; plain HTTP when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsConfig>,
+    /// Limits of the listener, plain and TLS alike.
     pub http: HttpConfig,
     /// How often the mounted secrets (TLS files, webhook token) are re-read.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::model::DurationSchema")]
     pub reload_interval: Duration,
+    /// Decide and log, write nothing (actions are counted `dry_run`).
     pub dry_run: bool,
+    /// What remedy watches: built-ins by name, a built-in with some
+    /// settings replaced, or a custom profile for any CRD.
     pub profiles: Vec<ProfileRef>,
     /// Namespaces to watch; empty means all.
     pub namespaces: Vec<String>,
+    /// How long a failing resource waits before its next release:
+    /// min(base·2^n, cap) for a crash count n (brupop's rule by default).
     pub backoff: BackoffPolicy,
+    /// The retry budget: how fast releases, remediations and writes go,
+    /// cluster-wide.
     pub budget: BudgetConfig,
+    /// The outage breaker: when enough of the fleet fails at once, hold
+    /// instead of retrying.
     pub breaker: BreakerConfig,
+    /// The Alertmanager webhook (`POST /webhook`).
     pub webhook: WebhookConfig,
+    /// Where alerts are verified: remedy never remediates on a
+    /// notification alone.
     pub signals: SignalsConfig,
+    /// Which alerts matter and which resources each selects; needs
+    /// `signals.prometheus_url`.
     pub alerts: Vec<AlertRule>,
+    /// One replica acts at a time (a Lease); the others serve the webhook.
     pub leader_election: LeaderConfig,
     pub pause_switch: PauseSwitchConfig,
+    /// How a failure is classified: transient, terminal or not found.
     pub classification: ClassificationConfig,
     /// Upper bound on per-resource metric series (per family).
     pub max_resource_series: usize,
     /// How often decisions are re-evaluated.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::model::DurationSchema")]
     pub tick: Duration,
     /// After remedy writes a resource (release, cleared failure), the
     /// failure signals it still shows (a condition the controller has not
     /// rewritten yet) are ignored until someone else writes it, or for at
     /// most this long if the controller stays silent.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::model::DurationSchema")]
     pub controller_grace: Duration,
 }
 
@@ -729,6 +790,15 @@ impl TlsConfig {
 }
 
 impl Config {
+    /// The JSON Schema of the config file, from the types the parser reads
+    /// (`remedy config-schema`; checked in as
+    /// docs/reference/config.schema.json).
+    pub fn json_schema() -> serde_json::Value {
+        let mut schema = schemars::schema_for!(Config);
+        schema.insert("title".into(), "remedy config".into());
+        schema.to_value()
+    }
+
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
         Ok(serde_yaml_ng::from_str(text)?)
     }
@@ -992,17 +1062,17 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_config_block_is_a_real_config() {
-        let readme = include_str!("../README.md");
-        let start = readme
-            .find("## Configuration")
-            .and_then(|i| readme[i..].find("```yaml").map(|j| i + j + "```yaml".len()))
-            .expect("README has a yaml block under Configuration");
-        let end = start + readme[start..].find("```").expect("block ends");
-        let mut cfg = Config::from_yaml(&readme[start..end]).expect("README config parses");
+    fn the_config_by_example_is_a_real_config() {
+        let page = include_str!("../docs/reference/config-example.md");
+        let start = page
+            .find("```yaml")
+            .map(|i| i + "```yaml".len())
+            .expect("docs/reference/config-example.md has a yaml block");
+        let end = start + page[start..].find("```").expect("block ends");
+        let mut cfg = Config::from_yaml(&page[start..end]).expect("the example parses");
         // The block shows `prometheus_url: null`; alerts need one to validate.
         cfg.signals.prometheus_url = Some("http://127.0.0.1:9090".into());
-        let v = cfg.validate().expect("README config validates");
+        let v = cfg.validate().expect("the example validates");
         let vm = v
             .profiles
             .iter()
@@ -1013,6 +1083,41 @@ mod tests {
             Some(serde_json::Value::from("true"))
         );
         assert_eq!(v.config.controller_grace, Duration::from_secs(300));
+    }
+
+    /// The configs the provider guides show (a yaml block whose first
+    /// line is `# remedy config`) are real: they parse and validate.
+    #[test]
+    fn the_guides_configs_are_real_configs() {
+        let mut seen = 0;
+        for (name, page) in guides() {
+            for block in page.split("```yaml\n").skip(1) {
+                let block = block.split("```").next().unwrap_or_default();
+                if !block.starts_with("# remedy config") {
+                    continue;
+                }
+                seen += 1;
+                Config::from_yaml(block)
+                    .and_then(Config::validate)
+                    .unwrap_or_else(|e| panic!("{name}: {e}\n{block}"));
+            }
+        }
+        assert!(seen >= 5, "{seen} configs in the guides");
+    }
+
+    /// docs/guides/*.md, read at test time.
+    pub fn guides() -> Vec<(String, String)> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/guides");
+        let mut out: Vec<_> = std::fs::read_dir(&dir)
+            .expect("docs/guides")
+            .map(|e| {
+                let p = e.expect("entry").path();
+                let text = std::fs::read_to_string(&p).expect("read");
+                (p.display().to_string(), text)
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     #[test]

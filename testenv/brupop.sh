@@ -26,7 +26,7 @@ if [[ ! -x $dir/brupop-controller ]]; then
   # Built in the copy, with its own target dir beside it (kept: a rebuild
   # after a source change compiles only what changed), never remedy's.
   # No debug info: only the test harness runs it, and a cold CI run is
-  # CPU-bound (README "Tests").
+  # CPU-bound (docs/evidence/tests.md).
   (cd "$dir/src" && CARGO_TARGET_DIR=$dir/target CARGO_PROFILE_DEV_DEBUG=false cargo build --locked -p controller)
   cp "$dir/target/debug/controller" "$dir/brupop-controller.tmp"
   mv "$dir/brupop-controller.tmp" "$dir/brupop-controller"

@@ -30,7 +30,7 @@ kubectl patch osm prod-eu1-md-0-infra-fk2lz --type=merge -p '{"status":{"instanc
 kubectl patch osm prod-eu1-md-0-infra-fk2lz --subresource=status --type=merge -p '{"status":{"failureReason":null,"failureMessage":null}}' >/dev/null
 [[ -z $(kubectl get osm prod-eu1-md-0-infra-fk2lz -o jsonpath='{.status.failureReason}{.status.failureMessage}') ]] || fail "null did not remove fields"
 [[ $(kubectl get machines.v1beta2.cluster.x-k8s.io prod-us2-md-0-5c8b4-lq9tn -o jsonpath='{.status.deprecated.v1beta1.failureReason}') == UpdateError ]] || fail "v1beta2 read"
-# Conversion None, storage v1beta2: v1beta1's status.failureReason is pruned (README).
+# Conversion None, storage v1beta2: v1beta1's status.failureReason is pruned (docs/evidence/tests.md).
 [[ -z $(kubectl get machines.v1beta1.cluster.x-k8s.io prod-eu1-md-0-7d9f8-x2kqp -o jsonpath='{.status.failureReason}') ]] || fail "v1beta1 field kept"
 [[ $(kubectl get brs -n brupop-bottlerocket-aws -o jsonpath='{.items[0].status.crash_count}') == 3 ]] || fail "brs status"
 kubectl get leases -n kube-system -o name | grep -q lease || fail "no Lease"

@@ -25,6 +25,8 @@ if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/
   systemctl stop prometheus prometheus-alertmanager prometheus-node-exporter 2>/dev/null || true
 fi
 python3 -c 'import yaml' 2>/dev/null || python3 -m pip install -q pyyaml
+# scripts/check-schema.py (tests/it/schemas.rs) validates YAML against the JSON Schemas.
+python3 -c 'import jsonschema' 2>/dev/null || python3 -m pip install -q jsonschema==4.26.0
 command -v go >/dev/null || { echo "go is required to build the test cluster (testenv/)" >&2; exit 1; }
 command -v cargo >/dev/null || { echo "cargo is required" >&2; exit 1; }
 command -v kubectl >/dev/null || { echo "kubectl (with kustomize) is required for the deploy checks" >&2; exit 1; }

@@ -5,6 +5,9 @@
 //! to.
 
 mod operate;
+// The generated docs/reference pages, written and checked by its tests.
+#[cfg(test)]
+mod reference;
 mod simulate;
 
 pub use operate::{CliError, clear, render, status};
@@ -35,6 +38,7 @@ struct Cli {
 enum Command {
     /// Watch, classify, export metrics and remediate.
     Serve {
+        /// The config file (docs/reference/configuration.md).
         #[arg(long, env = "REMEDY_CONFIG")]
         config: PathBuf,
         /// Serve HTTPS with this PEM certificate chain (overrides `tls` in
@@ -50,6 +54,9 @@ enum Command {
     CheckConfig { file: PathBuf },
     /// Print the built-in profiles as YAML.
     Profiles,
+    /// Print the JSON Schema of the config file (editors and CI check a
+    /// config with it; docs/reference/config.schema.json).
+    ConfigSchema,
     /// Show what a running remedy holds, waits for and plans.
     Status {
         #[arg(long, default_value = "http://127.0.0.1:8080", env = "REMEDY_URL")]
@@ -66,6 +73,7 @@ enum Command {
     /// guards as the daemon.
     Clear {
         target: String,
+        /// The config file remedy runs with: its profiles and guards.
         #[arg(long, env = "REMEDY_CONFIG")]
         config: PathBuf,
         /// Report the plan without writing.
@@ -174,6 +182,14 @@ pub fn main() -> ExitCode {
     code
 }
 
+/// The command line's definition, for the generated reference
+/// (`reference`).
+#[cfg(test)]
+fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command()
+}
+
 /// The name kubectl runs a plugin by: `kubectl remedy status` runs
 /// `kubectl-remedy status` from PATH (a copy or link of this binary).
 pub const KUBECTL_PLUGIN: &str = "kubectl-remedy";
@@ -271,6 +287,8 @@ fn run(command: Command, rt: &tokio::runtime::Runtime) -> Result<String, Failure
         }
         Command::Profiles => serde_yaml_ng::to_string(&crate::model::profile::builtins())
             .map_err(|e| Failure::running("yaml", e)),
+        Command::ConfigSchema => serde_json::to_string_pretty(&Config::json_schema())
+            .map_err(|e| Failure::running("json", e)),
         Command::Status { url } => rt.block_on(status(&url)).map_err(Failure::cli),
         Command::Explain { target, url } => rt
             .block_on(operate::explain(&url, &target))

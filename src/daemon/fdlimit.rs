@@ -81,7 +81,7 @@ pub fn ensure(needed: u64) {
             needed,
             "open-file limit (RLIMIT_NOFILE) below what http.max_connections and the watches need: \
              at the limit new connections, probes included, fail; raise the container's nofile \
-             limit or lower http.max_connections (README, Reliability)"
+             limit or lower http.max_connections (docs/evidence/measurements.md)"
         );
     }
 }

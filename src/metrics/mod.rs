@@ -1,6 +1,6 @@
 //! Every metric remedy exports, in one registry that each component's
-//! small metrics struct registers its own families in. Names follow the
-//! README's "Metrics" section; prometheus-client appends `_total` to
+//! small metrics struct registers its own families in. Names follow
+//! docs/reference/metrics.md, which the tests below check against it; prometheus-client appends `_total` to
 //! counters and unit suffixes itself (docs/upstream-behaviour.md,
 //! "prometheus-client 0.26 naming").
 
@@ -455,7 +455,7 @@ mod tests {
         );
     }
 
-    /// The pre-set values are the ones the code writes, and the README
+    /// The pre-set values are the ones the code writes, and the docs/reference/metrics.md
     /// lists them.
     #[test]
     fn preset_values_match_the_code_and_readme() {
@@ -498,12 +498,12 @@ mod tests {
         for s in [AlertStatus::Firing, AlertStatus::Resolved] {
             assert!(values::WebhookStatus::labels().contains(&s.as_str()));
         }
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/reference/metrics.md");
         let row = |metric: &str| {
             readme
                 .lines()
                 .find(|l| l.starts_with(&format!("| `{metric}`")))
-                .unwrap_or_else(|| panic!("README has no row for {metric}"))
+                .unwrap_or_else(|| panic!("docs/reference/metrics.md has no row for {metric}"))
                 .to_string()
         };
         for (metric, lists) in [
@@ -544,29 +544,30 @@ mod tests {
                 let listed = row
                     .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                     .any(|w| w == v);
-                assert!(listed, "README row of {metric} does not list {v}: {row}");
+                assert!(
+                    listed,
+                    "docs/reference/metrics.md row of {metric} does not list {v}: {row}"
+                );
             }
         }
     }
 
-    /// A documented label: its name and, when the README enumerates them
+    /// A documented label: its name and, when the docs/reference/metrics.md enumerates them
     /// (`label=a\|b`), its values.
     type DocLabels = BTreeMap<String, Option<BTreeSet<String>>>;
 
-    /// The README's metric table: metric name → (type, labels).
-    fn readme_table() -> BTreeMap<String, (String, DocLabels)> {
-        let readme = include_str!("../../README.md");
-        let (_, section) = readme
-            .split_once("\n## Metrics\n")
-            .expect("README has a Metrics section");
-        let section = section.split("\n## ").next().unwrap_or(section);
+    /// The metric table of docs/reference/metrics.md: metric name → (type, labels).
+    fn reference_table() -> BTreeMap<String, (String, DocLabels)> {
+        let readme = include_str!("../../docs/reference/metrics.md");
+        // The table above the generated "As registered" section.
+        let section = readme.split(REGISTERED).next().unwrap_or(readme);
         let mut table = BTreeMap::new();
         for row in section.lines().filter(|l| l.starts_with("| `")) {
             // `\|` separates enumerated values inside a cell.
             let row = row.replace("\\|", "\u{1}");
             let cols: Vec<&str> = row.split('|').map(str::trim).collect();
             let [_, names, kind, labels, _] = cols[..] else {
-                panic!("README metric row without 3 columns: {row}");
+                panic!("docs/reference/metrics.md metric row without 3 columns: {row}");
             };
             let kind = without_parentheses(kind).trim().to_string();
             let mut doc = DocLabels::new();
@@ -581,15 +582,21 @@ mod tests {
                 // Prose outside parentheses would be read as a label.
                 assert!(
                     !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
-                    "README row {row}: {name:?} is not a label name (explanations go in parentheses)"
+                    "docs/reference/metrics.md row {row}: {name:?} is not a label name (explanations go in parentheses)"
                 );
                 doc.insert(name.to_string(), values);
             }
             let names: Vec<&str> = names.split('`').skip(1).step_by(2).collect();
-            assert!(!names.is_empty(), "README row names no metric: {row}");
+            assert!(
+                !names.is_empty(),
+                "docs/reference/metrics.md row names no metric: {row}"
+            );
             for name in names {
                 let old = table.insert(name.to_string(), (kind.clone(), doc.clone()));
-                assert!(old.is_none(), "{name} is in the README table twice");
+                assert!(
+                    old.is_none(),
+                    "{name} is in the docs/reference/metrics.md table twice"
+                );
             }
         }
         table
@@ -617,7 +624,7 @@ mod tests {
         labels: BTreeMap<String, BTreeSet<String>>,
     }
 
-    /// Families of an exposition, under the name the README uses for them
+    /// Families of an exposition, under the name the docs/reference/metrics.md uses for them
     /// (OpenMetrics types counters and infos without their sample suffix).
     fn exposed(text: &str, format: Format) -> BTreeMap<String, Exposed> {
         let mut out: BTreeMap<String, Exposed> = BTreeMap::new();
@@ -666,7 +673,7 @@ mod tests {
     }
 
     /// The label values the code writes, where they are a table (or an
-    /// enum's labels) and not pre-set: what the README must enumerate.
+    /// enum's labels) and not pre-set: what the docs/reference/metrics.md must enumerate.
     fn code_values(metric: &str, label: &str) -> Option<Vec<&'static str>> {
         use crate::decide::release::WaitReason;
         use crate::model::domains::DomainBy;
@@ -715,15 +722,9 @@ mod tests {
         Some(v)
     }
 
-    /// Every metric the README's table lists is exposed with the documented
-    /// type and label names, nothing exposed is missing from it, and
-    /// enumerated label values are exactly what the code pre-sets or writes.
-    #[test]
-    fn readme_metric_table_matches_the_registry() {
-        let doc = readme_table();
-        assert!(doc.len() > 20, "README table not found: {doc:?}");
-
-        // Everything configured, so every preset is made.
+    /// A registry with everything configured, so every preset is made
+    /// (the store pre-sets the per-kind gauges), and what that pre-set.
+    fn preset_registry() -> (std::sync::Arc<Metrics>, BTreeMap<String, Exposed>) {
         let m = std::sync::Arc::new(Metrics::new(10));
         m.preset(&Known {
             kinds: vec!["OpenStackMachine".into()],
@@ -741,8 +742,12 @@ mod tests {
             Format::Text004,
         );
 
-        // One series in every family nothing pre-sets, through the label
-        // structs the code writes with, so their label names are exposed.
+        (m, preset)
+    }
+
+    /// One series in every family nothing pre-sets, through the label
+    /// structs the code writes with, so their label names are exposed.
+    fn with_a_series_each(m: &Metrics) {
         let key = ResourceKey::new("OpenStackMachine", "ns", "m-1");
         m.series.set(&key, 1, 60.0);
         m.series.set_release_etas(|_| Some(30.0));
@@ -778,6 +783,21 @@ mod tests {
                 kind: "OpenStackMachine".into(),
             })
             .set(1);
+    }
+
+    /// Every metric the docs/reference/metrics.md's table lists is exposed with the documented
+    /// type and label names, nothing exposed is missing from it, and
+    /// enumerated label values are exactly what the code pre-sets or writes.
+    #[test]
+    fn metric_reference_matches_the_registry() {
+        let doc = reference_table();
+        assert!(
+            doc.len() > 20,
+            "docs/reference/metrics.md table not found: {doc:?}"
+        );
+
+        let (m, preset) = preset_registry();
+        with_a_series_each(&m);
 
         for format in [Format::OpenMetrics, Format::Text004] {
             let got = exposed(&m.encode_as(format).expect("encode"), format);
@@ -787,7 +807,7 @@ mod tests {
             let missing: Vec<_> = documented.difference(&exposed_names).collect();
             assert!(
                 undocumented.is_empty() && missing.is_empty(),
-                "{format:?}: exposed, not in the README table: {undocumented:?}; in the table, not exposed: {missing:?}"
+                "{format:?}: exposed, not in the docs/reference/metrics.md table: {undocumented:?}; in the table, not exposed: {missing:?}"
             );
             for (name, (kind, labels)) in &doc {
                 let e = &got[name];
@@ -811,7 +831,7 @@ mod tests {
                         let undocumented: Vec<_> = seen.difference(values).collect();
                         assert!(
                             undocumented.is_empty(),
-                            "{name}{{{label}}}: {undocumented:?} exposed, not in the README"
+                            "{name}{{{label}}}: {undocumented:?} exposed, not in the docs/reference/metrics.md"
                         );
                     }
                 }
@@ -828,7 +848,7 @@ mod tests {
                 if let Some(seen) = preset.get(name).and_then(|e| e.labels.get(label)) {
                     assert_eq!(
                         seen, &want,
-                        "{name}{{{label}}}: pre-set (left) and README (right) values differ"
+                        "{name}{{{label}}}: pre-set (left) and docs/reference/metrics.md (right) values differ"
                     );
                     checked = true;
                 }
@@ -836,20 +856,91 @@ mod tests {
                     let code: BTreeSet<String> = code.into_iter().map(String::from).collect();
                     assert_eq!(
                         code, want,
-                        "{name}{{{label}}}: the code's values (left) and README (right) differ"
+                        "{name}{{{label}}}: the code's values (left) and docs/reference/metrics.md (right) differ"
                     );
                     checked = true;
                 }
                 assert!(
                     checked,
-                    "{name}{{{label}}}: the README enumerates values nothing in the code lists; add them to `values` or pre-set them"
+                    "{name}{{{label}}}: the docs/reference/metrics.md enumerates values nothing in the code lists; add them to `values` or pre-set them"
                 );
             }
         }
     }
 
+    /// Where the generated part of docs/reference/metrics.md starts.
+    const REGISTERED: &str = "## As registered\n";
+
+    /// Every family the registry has, as a scrape of OpenMetrics names it:
+    /// (name, type, help), in registration order.
+    fn registered() -> Vec<(String, String, String)> {
+        // Families with no series are not announced: the same registry
+        // as the table's check, every family with a series.
+        let (m, _) = preset_registry();
+        with_a_series_each(&m);
+        let text = m.encode_as(Format::OpenMetrics).expect("encode");
+        let mut help = BTreeMap::new();
+        let mut out = Vec::new();
+        for line in text.lines() {
+            if let Some(h) = line.strip_prefix("# HELP ") {
+                let (name, text) = h.split_once(' ').unwrap_or((h, ""));
+                help.insert(name.to_string(), text.to_string());
+            } else if let Some(t) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = t.split_once(' ').expect("# TYPE name type");
+                let shown = match kind {
+                    "counter" => format!("{name}_total"),
+                    "info" => format!("{name}_info"),
+                    _ => name.to_string(),
+                };
+                let text = help.get(name).cloned().unwrap_or_default();
+                out.push((shown, kind.to_string(), text));
+            }
+        }
+        out
+    }
+
+    /// The end of docs/reference/metrics.md is generated from the registry
+    /// (each family's type and help text) and lists exactly the families
+    /// its table documents; `REMEDY_BLESS=1 cargo test --lib metrics`
+    /// rewrites it.
     #[test]
-    fn apiserver_slowdown_metrics_are_exported_and_in_the_readme() {
+    fn the_registered_families_section_is_current() {
+        let families = registered();
+        let names: BTreeSet<&str> = families.iter().map(|(n, _, _)| n.as_str()).collect();
+        let table = reference_table();
+        assert_eq!(
+            names,
+            table.keys().map(String::as_str).collect(),
+            "registered (left) and documented (right) families"
+        );
+        let mut section = format!(
+            "{REGISTERED}\n<!-- Generated from the registry by src/metrics/mod.rs (the_registered_families_section_is_current):\n     `REMEDY_BLESS=1 cargo test --lib metrics` rewrites it. -->\n\n\
+             Each family as `/metrics` announces it in OpenMetrics (its `# TYPE` and `# HELP`).\n\n\
+             | metric | type | help |\n|---|---|---|\n"
+        );
+        for (name, kind, help) in &families {
+            section.push_str(&format!(
+                "| `{name}` | {kind} | {} |\n",
+                help.replace('|', "\\|")
+            ));
+        }
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference/metrics.md");
+        let page = std::fs::read_to_string(&path).expect("docs/reference/metrics.md");
+        let head = page.split(REGISTERED).next().unwrap_or(&page);
+        let want = format!("{}\n{section}", head.trim_end());
+        if page != want && std::env::var_os("REMEDY_BLESS").is_some() {
+            std::fs::write(&path, &want).expect("write");
+            return;
+        }
+        assert!(
+            page == want,
+            "docs/reference/metrics.md's \"As registered\" differs from the registry: run `REMEDY_BLESS=1 cargo test --lib metrics`"
+        );
+    }
+
+    #[test]
+    fn apiserver_slowdown_metrics_are_exported_and_documented() {
         let m = Metrics::new(10);
         m.apiserver.throttled.inc();
         m.apiserver.backoff.set(2.5);
@@ -864,7 +955,7 @@ mod tests {
             Some(2.5),
             "{t}"
         );
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/reference/metrics.md");
         for metric in [
             "remedy_apiserver_throttled_total",
             "remedy_apiserver_backoff_seconds",
@@ -873,7 +964,7 @@ mod tests {
                 readme
                     .lines()
                     .any(|l| l.starts_with(&format!("| `{metric}`"))),
-                "README has no row for {metric}"
+                "docs/reference/metrics.md has no row for {metric}"
             );
         }
     }

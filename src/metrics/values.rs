@@ -3,7 +3,7 @@
 //! so the first burst of failures would not alert.
 //!
 //! Values the I/O layers write are enums here, and the label sets take the
-//! enum, so a value that is not listed does not compile; presets, the README
+//! enum, so a value that is not listed does not compile; presets, docs/reference/metrics.md
 //! check and tests iterate `ALL`. The values named by a layer the metrics
 //! may not import (`remediate`'s steps, `decide`'s refusals, `record`'s
 //! shed reasons; scripts/check-layers.py) stay tables, kept in step with

@@ -7,20 +7,26 @@
 //! controller really retries, and remedy waits for nothing of its own.
 
 use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BackoffPolicy {
+    /// The delay after the first failure; doubled by each one after it.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::model::DurationSchema")]
     pub base: Duration,
+    /// The longest delay.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::model::DurationSchema")]
     pub cap: Duration,
     /// Fraction of the delay randomised away (0 = none, 1 = full jitter).
     pub jitter: f64,
     /// A failure older than this no longer delays anything: counters are stale.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::model::DurationSchema")]
     pub quiet_window: Duration,
 }
 
@@ -38,7 +44,7 @@ impl Default for BackoffPolicy {
 
 /// The retry rule of a real controller, for profiles whose controller
 /// backs off by itself (`backoff: brupop`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BackoffModel {
     /// The brupop controller (bottlerocket-update-operator v1.4, checked in

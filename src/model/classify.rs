@@ -5,6 +5,7 @@
 use crate::model::profile::Profile;
 use crate::model::view::{FailureText, Projection};
 use regex::Regex;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,7 +42,7 @@ impl Verdict {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RuleVerdict {
     Transient,
@@ -51,10 +52,12 @@ pub enum RuleVerdict {
 }
 
 /// A rule as written in config. All given matchers must match.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuleSpec {
+    /// The `reason` label of the error metrics: lowercase `[a-z0-9_]+`.
     pub name: String,
+    /// What a failure this rule matches is.
     pub verdict: RuleVerdict,
     /// Regex over failure reason, failure message and non-True condition
     /// reasons/messages.

@@ -12,6 +12,7 @@
 //! [`MAX_DOMAINS`], new ones share the breaker [`OTHER`].
 
 use crate::model::view::{ResourceKey, ResourceView};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Breakers kept at most (and so series of `remedy_outage_breaker_open`).
@@ -28,7 +29,7 @@ pub const CLUSTER: &str = "cluster";
 /// object 16 bytes whether domains are used or not).
 pub const FIELD_LABEL: &str = "remedy.dev/failure-domain";
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(try_from = "Repr", into = "Repr")]
 pub enum DomainBy {
     #[default]
@@ -49,24 +50,34 @@ pub enum DomainBy {
 
 /// How the config spells it: `kind`, or `{label: KEY}` (a YAML map, which
 /// serde_yaml's own enum form, a `!tag`, would not take).
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 enum Repr {
-    Name(String),
+    Name(#[schemars(schema_with = "domain_names")] String),
     Label(LabelRepr),
     Field(FieldRepr),
 }
 
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct LabelRepr {
+    /// A label of the object, e.g. `topology.kubernetes.io/zone`.
     label: String,
 }
 
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct FieldRepr {
+    /// A JSON pointer into the object, e.g. `/spec/failureDomain`.
     field: String,
+}
+
+/// The names `Repr::Name` takes, for the config's JSON Schema.
+fn domain_names(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": [CLUSTER, "kind", "namespace", "zone"],
+    })
 }
 
 impl TryFrom<Repr> for DomainBy {

@@ -9,13 +9,14 @@
 //! namespace: `md-0` in two namespaces are two owners.
 
 use crate::model::view::{ResourceKey, ResourceView};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Where a profile puts the value of `budget.per: {field: …}` among the
 /// view's labels.
 pub const OWNER_LABEL: &str = "remedy.dev/owner";
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PerOwner {
     /// A label naming the owner.

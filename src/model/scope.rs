@@ -2,12 +2,13 @@
 //! selector in, a predicate over resources out.
 
 use crate::model::view::{ResourceKey, ResourceView};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Which resources an alert is about: alert labels name resource
 /// coordinates, and static label selectors narrow further.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Selector {
     /// Alert label holding the resource namespace.
@@ -28,10 +29,13 @@ pub struct Selector {
     pub match_labels: BTreeMap<String, String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AlertRule {
+    /// The alert's name; one rule per name.
     pub alertname: String,
+    /// Which resources a notification of this alert is about, from its
+    /// labels.
     #[serde(default)]
     pub select: Selector,
     /// PromQL that must return no series for the condition to count as

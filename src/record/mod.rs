@@ -716,7 +716,7 @@ mod tests {
         assert!(shed_to_fit(&base, &mut book, 0, "l").is_empty());
     }
 
-    /// The bound the README states: every episode slot taken, a full inbox
+    /// The bound docs/evidence/measurements.md states: every episode slot taken, a full inbox
     /// and the target cap reached, with realistic names, fits a ConfigMap.
     #[test]
     fn a_full_record_fits_a_configmap() {

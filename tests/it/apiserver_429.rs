@@ -3,7 +3,7 @@
 //! through a proxy that answers 3 of 4 requests with 429 + `Retry-After: 1`
 //! for 15 s. Every client (Lease, episode record, executor writes, watches)
 //! must back off together and come back without a burst; the figures are
-//! printed (README, "Reliability").
+//! printed (docs/evidence/measurements.md).
 
 use crate::support::objects::{count_held, held_healthy_machines};
 use crate::support::storm::{Hit, StormProxy, per_second};

@@ -372,7 +372,7 @@ async fn any_replica_takes_the_webhook_and_the_leader_acts_once() {
         "ha: 200 notifications from 16 senders recorded in {burst_took:?} with {burst_writes} writes"
     );
 
-    // The record's size and the writes it took, for the README.
+    // The record's size and the writes it took, for docs/evidence/measurements.md.
     let mut writes = 0.0;
     let mut bytes = 0.0;
     for r in &replicas {

@@ -19,7 +19,7 @@ pub fn helm() -> PathBuf {
 }
 
 /// `HELM4`, else `testenv/bin/helm4`.
-fn helm4() -> PathBuf {
+pub fn helm4() -> PathBuf {
     helm_binary("HELM4", "helm4")
 }
 

@@ -157,7 +157,7 @@ fn watch(text: &str, ty: &str) -> f64 {
     .unwrap_or(0.0)
 }
 
-/// Cold start at scale, for README "Reliability": fills one namespace with
+/// Cold start at scale, for docs/evidence/measurements.md: fills one namespace with
 /// `REMEDY_COLD_START_OBJECTS` (default 20000) OpenStackMachines, then times
 /// remedy from spawn to /readyz 200. Extra apiserver flags (e.g.
 /// `--feature-gates=WatchList=false` for the paginated path) come from

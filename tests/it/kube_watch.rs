@@ -1,5 +1,5 @@
 //! Watch → metrics against a real kube-apiserver: the real `remedy` binary
-//! watches real objects and exports what the README's "Metrics" section names.
+//! watches real objects and exports what docs/reference/metrics.md names.
 
 use crate::support::objects::{api_for, create_with_status, sample};
 use crate::support::{Remedy, TestCluster, eventually, namespace};

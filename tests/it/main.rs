@@ -37,6 +37,7 @@ mod rbac;
 mod record_trust;
 mod release_after_outage;
 mod remediate;
+mod schemas;
 mod signals_auth;
 mod signals_verify;
 pub(crate) mod signals_webhook;

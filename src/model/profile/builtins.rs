@@ -68,7 +68,7 @@ const INFRA: &str = "infrastructure.cluster.x-k8s.io";
 /// The group of Cluster API's core kinds (Machine, Cluster).
 pub(super) const CAPI_GROUP: &str = "cluster.x-k8s.io";
 
-/// The `resume` a hold of a CAPI Cluster by `/spec/paused` needs (README,
+/// The `resume` a hold of a CAPI Cluster by `/spec/paused` needs (docs/concepts/holds.md,
 /// `{builtin: capi-cluster, hold: {field: /spec/paused, resume: …}}`): the
 /// Machine controller (v1.12.5 and v1.14.2) does not requeue a Cluster's
 /// Machines when `spec.paused` turns false, so untouched they stay

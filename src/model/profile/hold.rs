@@ -5,13 +5,14 @@ use super::builtins::{CAPI_GROUP, capi_cluster_resume};
 use super::{CROSSPLANE_PAUSED, HOLD_ANNOTATION, PAUSE_MARKER, Profile};
 use crate::model::view::PauseState;
 use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// How a profile's controller is paused: an annotation (CAPI, Crossplane)
 /// or a spec field (CAPI `Cluster.spec.paused`), and the value that pauses.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HoldSpec {
     /// Annotation the controller reads to stop reconciling.
@@ -23,7 +24,7 @@ pub struct HoldSpec {
     /// What remedy writes. Annotation: a string (default `"true"`, which
     /// every known controller honours: Crossplane pauses only on exactly
     /// that); field: any JSON value (default `true`). The controller must
-    /// treat it as paused: see README "What a hold means". Ownership does
+    /// treat it as paused: see docs/concepts/holds.md. Ownership does
     /// not depend on it: remedy's record says which value it wrote.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
@@ -53,7 +54,7 @@ pub struct HoldSpec {
 /// After a hold on an object X is removed, remedy writes
 /// [`RESUMED_ANNOTATION`] on each watched object of `kind` in X's namespace
 /// whose label `label` is X's name, so their controller reconciles them now.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResumeSpec {
     /// The kind of a watched profile (`Machine`).

@@ -17,6 +17,7 @@ mod tests;
 pub use builtins::{builtin, builtins};
 pub use hold::{DEFAULT_ANNOTATION_VALUE, HoldMark, HoldSpec, HoldTarget, ResumeSpec};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -56,17 +57,21 @@ pub const WITH_PREFIX: &str = "with:";
 /// (`model::why`); removed with the hold.
 pub const WHY_ANNOTATION: &str = "remedy.dev/why";
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
     /// Stable profile name, e.g. `capi-machine`.
     pub name: String,
+    /// API group of the watched kind.
     pub group: String,
+    /// API version of the watched kind.
     pub version: String,
     pub kind: String,
     /// Resource plural; defaults to the lowercased kind + "s".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plural: Option<String>,
+    /// Where the object keeps its failure: JSON pointers, the first
+    /// present wins.
     #[serde(default)]
     pub fields: FieldPaths,
     /// States (at `fields.state`) that mean the resource itself is broken.
@@ -89,6 +94,7 @@ pub struct Profile {
     /// How remedy holds the resource; `None` means it cannot be held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<HoldSpec>,
+    /// What remediation writes.
     #[serde(default)]
     pub remediation: RemediationSpec,
     /// Only objects this Kubernetes label selector matches are watched
@@ -104,7 +110,7 @@ pub struct Profile {
     pub backoff: Option<crate::model::backoff::BackoffModel>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IgnoreConditions {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -124,7 +130,7 @@ impl IgnoreConditions {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FieldPaths {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -150,7 +156,7 @@ pub struct FieldPaths {
     pub owner: Vec<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RemediationSpec {
     /// Status fields (JSON pointers under /status) remediation sets to null.
@@ -196,12 +202,13 @@ pub struct RemediationSpec {
 }
 
 /// How remedy retries what the controller gave up on.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetrySpec {
     /// No write by anyone but remedy for this long: the controller has
     /// stopped (a controller that retries writes its attempts).
     #[serde(with = "humantime_serde", default = "default_retry_quiet")]
+    #[schemars(with = "crate::model::DurationSchema")]
     pub quiet: std::time::Duration,
 }
 
@@ -222,7 +229,7 @@ impl Default for RetrySpec {
 
 /// A condition remediation removes: of this type, `False`, and with this
 /// reason if one is given.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConditionMatch {
     #[serde(rename = "type")]
@@ -262,7 +269,7 @@ impl Default for RemediationSpec {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResetField {
     pub path: String,

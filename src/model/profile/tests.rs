@@ -537,7 +537,7 @@ fn builtins_validate_and_long_messages_are_truncated() {
 
 /// #38.13: a CAPI Cluster held by `/spec/paused` without `resume` leaves its
 /// Machines paused after the release (the Machine controller does not
-/// requeue them): validation warns, naming the stanza the README's
+/// requeue them): validation warns, naming the stanza docs/reference/config-example.md's
 /// capi-cluster form carries.
 #[test]
 fn a_capi_cluster_held_by_spec_without_resume_is_warned_with_the_stanza() {
@@ -554,20 +554,20 @@ fn a_capi_cluster_held_by_spec_without_resume_is_warned_with_the_stanza() {
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(warned[0].contains(stanza), "{}", warned[0]);
     assert!(warned[0].contains("capi-machine"), "{}", warned[0]);
-    // The built-in with the same hold, overridden as the README shows, but
+    // The built-in with the same hold, overridden as docs/reference/config-example.md shows, but
     // without its resume.
     let overridden = Profile {
         hold: Some(HoldSpec::field("/spec/paused")),
         ..builtin("capi-cluster").unwrap()
     };
     assert_eq!(overridden.hold_warnings(), warned);
-    // The stanza named is the one that silences it, and the README's.
+    // The stanza named is the one that silences it, and the example's.
     let fixed = custom(&format!("{{field: /spec/paused, {stanza}}}"));
     assert_eq!(fixed.hold_warnings(), Vec::<String>::new());
-    let readme = include_str!("../../../README.md");
+    let example = include_str!("../../../docs/reference/config-example.md");
     assert!(
-        readme.contains(&format!("hold: {{field: /spec/paused, {stanza}}}")),
-        "README's capi-cluster form"
+        example.contains(&format!("hold: {{field: /spec/paused, {stanza}}}")),
+        "docs/reference/config-example.md's capi-cluster form"
     );
     // Nothing to say: the built-in (an annotation on the Cluster pauses
     // only the Cluster), another kind, or another group.

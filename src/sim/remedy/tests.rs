@@ -82,7 +82,7 @@ fn owners_never_exceed_max_in_flight_and_the_fleet_recovers() {
 }
 
 /// The shipped config (deploy/base/config.yaml) against the target in the
-/// README, "Shipped defaults": 1,000 machines, all held in a 10-minute
+/// docs/evidence/fleet-simulation.md, "Shipped defaults": 1,000 machines, all held in a 10-minute
 /// outage of a cloud with a 20 calls/s quota, are all healthy within 10
 /// minutes of its return, and after it remedy never goes above half the
 /// quota. At the old 0.5/s it took 33 min.
