@@ -2384,6 +2384,10 @@ mod main {
             .await
             .expect("label e0");
         let names = names("m", 5);
+        let histories: Vec<History> = names
+            .iter()
+            .map(|n| History::start(&env.servers, n))
+            .collect();
         for n in &names {
             env.machine(n, "az3").await;
         }
@@ -2436,6 +2440,29 @@ mod main {
         let active_at = start.elapsed();
         let after_return = back.elapsed();
         let m = fake.metrics().await;
+        // Per server: when remedy released it and when it was ACTIVE, in s
+        // after the return.
+        let since = |t: Instant| {
+            t.checked_duration_since(back)
+                .map_or(-0.0, |d| d.as_secs_f64())
+        };
+        let timeline: Vec<String> = histories
+            .iter()
+            .map(|h| {
+                let v = h.stamped();
+                let released = v
+                    .iter()
+                    .skip_while(|(_, o)| held_for(o).is_none())
+                    .find(|(_, o)| held_for(o).is_none())
+                    .map(|(t, _)| since(*t));
+                let active = v
+                    .iter()
+                    .find(|(_, o)| o.data["status"]["instanceState"] == "ACTIVE")
+                    .map(|(t, _)| since(*t));
+                format!("released {released:.1?} ACTIVE {active:.1?}")
+            })
+            .collect();
+        eprintln!("per server, s after the return: {timeline:?}");
         eprintln!(
             "remedy (shipped, window 10s, cooldown 100s) + CAPO main, az3 down: outage at \
              {outage_at:?}; server calls before the hold {} (creates {}, e0's {}); all six held at \
@@ -2467,8 +2494,9 @@ mod main {
             0,
             "Nova server calls while held: {samples:?}"
         );
-        // The release comes at the hold + window + cooldown, 15 s after
-        // the return, and then a create and a build each. CAPO main alone
+        // The release comes once the cooldown has run (about 30 s after
+        // the return, all five at once), then a create and CAPO's 10 s
+        // BUILD poll each (ACTIVE 40-45 s after the return, four runs). CAPO main alone
         // in the same outage (`capo_main_alone_in_a_zone_outage`, 107 s)
         // made its last failed creates 87 s into it, a delay of 82 s, so
         // its next comes about 62 s after the return at the earliest
