@@ -2326,7 +2326,7 @@ mod main {
         );
         // The server and its OpenStackMachine, once each.
         assert_eq!(retries, 2.0, "{}", shipped.log_tail());
-        // The four writes above (4 in each of three runs); the workqueue
+        // The four writes above (4 in each of four runs); the workqueue
         // may fold two into one.
         assert!(
             (1..=4).contains(&extra),
