@@ -37,6 +37,18 @@
 //! once, and the OpenStackMachine, which in v0.15 copies the server's ERROR
 //! into its Ready condition and then stops reconciling, is released after
 //! its server with that condition cleared, and follows it.
+//!
+//! CAPO main (e52de58, after PR #3300; `mod main`, with the CAPI v1.14.2
+//! core manager) retries by itself: a failed create on its per-item
+//! backoff (5 ms doubling), a Nova ERROR server read every 60 s, writing
+//! nothing while the error stays the same. With `controller_retries: true`
+//! on the CAPO built-ins remedy adds nothing to a lone failure (no write at
+//! all); with the shipped default it retries a server quiet for 90 s, which
+//! costs CAPO main about 4 creates per retry. In a zone outage remedy's
+//! breaker holds the zone's failing servers, a Nova ERROR one included once
+//! its poll fails, and CAPO main makes no Nova server call while they are
+//! held (95 s, past its 60 s poll); released after the return, every server
+//! is ACTIVE within 2 min of it.
 
 use crate::support::capo_env::{Capo, CapoApi, Env, INFRA, api, condition, serve_watching_capo};
 use crate::support::openstack::{
@@ -1959,5 +1971,608 @@ mod v015 {
             not_machine >= 1,
             "CAPO did not skip the failed OpenStackMachine while it was held"
         );
+    }
+}
+
+/// CAPO main (e52de58, after PR #3300; `testenv/capo-next.sh main`) with
+/// the Cluster API v1.14.2 core manager its go.mod requires, on the
+/// `capo-main` CRD set (OpenStackMachine and OpenStackCluster stored as
+/// v1beta2, as in v0.15). Unlike v0.15, it retries: a failed create returns
+/// an error and controller-runtime's per-item limiter creates again (5 ms
+/// doubling up to 1000 s, plus the 10 min resync), and a server Nova put
+/// into ERROR is read again every 60 s
+/// (`openstackserver_controller.go:309-311`, `:428-435`). Its retries write
+/// nothing while the error stays the same (docs/upstream-behaviour.md, "Who
+/// retries a failed create"), so remedy cannot see them:
+/// `controller_retries: true` on the CAPO built-ins is the setting for it.
+mod main {
+    use super::*;
+    use crate::support::openstack::{start_capi_manager_v1_14, start_capo_manager_main};
+    use k8s_openapi::api::core::v1::Event;
+    use kube::api::ListParams;
+
+    /// The fake, a private cluster with CAPO main's CRDs, both managers and
+    /// one CAPO cluster. Fields drop in order, as in `Capo`.
+    struct CapoMain {
+        env: Env,
+        capo: Supervised,
+        capi: Supervised,
+        fake: FakeOpenstack,
+        cluster: TestCluster,
+        _tmp: tempfile::TempDir,
+    }
+
+    impl CapoMain {
+        async fn start(prefix: &str, zones: &[&str]) -> Self {
+            let fake = FakeOpenstack::start_with_zones(Duration::from_secs(2), zones).await;
+            let cluster = TestCluster::start_with_crds(CrdSet::CapoMain, &[]);
+            let client = cluster.client().await;
+            let ns = namespace(&client, prefix).await;
+            let capi = start_capi_manager_v1_14(&cluster, &ns).await;
+            let capo = start_capo_manager_main(&cluster, &ns).await;
+            let env = Env::at(CapoApi::V1beta2, client, ns, &fake).await;
+            Self {
+                env,
+                capo,
+                capi,
+                fake,
+                cluster,
+                _tmp: tempfile::tempdir().expect("tmp"),
+            }
+        }
+
+        fn procs(&self) -> [&Supervised; 3] {
+            [&self.fake.proc, &self.capi, &self.capo]
+        }
+
+        /// `deploy/base/config.yaml` as shipped (`shipped_config`), the
+        /// OpenStackMachine at v1beta2 (CAPO main's storage version), with
+        /// `controller_retries: true` on both CAPO built-ins if
+        /// `controller_retries`, and these `breaker` keys replaced.
+        fn config(&self, controller_retries: bool, breaker: &[(&str, &str)]) -> String {
+            let token = self._tmp.path().join("token");
+            std::fs::write(&token, "s3cret\n").expect("token");
+            let text = shipped_config(&self.env.ns, &token);
+            let mut c: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("yaml");
+            let retries = if controller_retries {
+                ", controller_retries: true"
+            } else {
+                ""
+            };
+            c["profiles"] = serde_yaml_ng::from_str(&format!(
+                "[{{builtin: openstack-machine, version: v1beta2{retries}}}, \
+                 {{builtin: openstack-server{retries}}}]"
+            ))
+            .expect("profiles");
+            for (k, v) in breaker {
+                c["breaker"][*k] = serde_yaml_ng::from_str(v).expect("breaker value");
+            }
+            serde_yaml_ng::to_string(&c).expect("yaml")
+        }
+
+        async fn remedy(&self, config: &str) -> Remedy {
+            serve_watching_capo(&self.cluster, config).await
+        }
+
+        /// Every server in `names` ACTIVE and ready within `timeout`.
+        async fn all_active(&self, names: &[String], timeout: Duration) {
+            let env = &self.env;
+            wait_for(
+                &self.procs(),
+                timeout,
+                "every server ACTIVE and ready",
+                || async {
+                    for n in names {
+                        let o = env.server(n).await?;
+                        if o.data["status"]["instanceState"] != "ACTIVE"
+                            || o.data["status"]["ready"] != true
+                        {
+                            return None;
+                        }
+                    }
+                    Some(())
+                },
+            )
+            .await;
+        }
+
+        /// Events with `reason` in the namespace, as `kind/name`.
+        async fn events(&self, reason: &str) -> Vec<String> {
+            let ev: Api<Event> = Api::namespaced(self.env.client.clone(), &self.env.ns);
+            ev.list(&ListParams::default())
+                .await
+                .expect("events")
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .map(|e| {
+                    format!(
+                        "{}/{}",
+                        e.involved_object.kind.unwrap_or_default(),
+                        e.involved_object.name.unwrap_or_default()
+                    )
+                })
+                .collect()
+        }
+    }
+
+    /// Every nonzero `remedy_actions_total` series: what remedy wrote.
+    async fn actions(remedy: &Remedy) -> Vec<String> {
+        let (_, text) = remedy.get("/metrics").await.expect("metrics");
+        text.lines()
+            .filter(|l| l.starts_with("remedy_actions_total{"))
+            .filter(|l| {
+                l.rsplit_once(' ')
+                    .and_then(|(_, v)| v.parse::<f64>().ok())
+                    .is_some_and(|v| v > 0.0)
+            })
+            .map(String::from)
+            .collect()
+    }
+
+    /// Annotations remedy writes (`remedy.dev/*`, its pause marker).
+    fn remedy_marks(o: &DynamicObject) -> Vec<String> {
+        o.metadata
+            .annotations
+            .iter()
+            .flatten()
+            .filter(|(k, v)| k.starts_with("remedy.dev/") || v.as_str() == PAUSE_MARKER)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect()
+    }
+
+    /// Machine names `prefix0..prefixN`.
+    fn names(prefix: &str, n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}{i}")).collect()
+    }
+
+    /// #39.3, the lone failure: 503s on the creates in m0's zone until its
+    /// server is ERROR, then the cloud is fine again. CAPO main creates it
+    /// again by itself (its per-item backoff); remedy with
+    /// `controller_retries: true` on the CAPO built-ins (the shipped config
+    /// otherwise) adds nothing: no retry, no hold, no write of any kind to
+    /// any object, no `Retrying` Event, so every create is CAPO main's own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn remedy_adds_no_retry_to_what_capo_main_retries() {
+        let s = CapoMain::start("capo-main-lone", &["az1", "az2", "az3"]).await;
+        let remedy = s.remedy(&s.config(true, &[])).await;
+        let (env, fake, procs) = (&s.env, &s.fake, s.procs());
+        let history = History::start(&env.servers, "m0");
+        fake.set_faults(json!({"rules": [{
+            "service": "compute", "resource": "servers", "method": "POST", "zone": "az3", "status": 503,
+        }]}))
+        .await;
+        let start = Instant::now();
+        let names = names("m", 3);
+        for (n, zone) in names.iter().zip(["az3", "az1", "az2"]) {
+            env.machine(n, zone).await;
+        }
+        env.server_in_error(&procs, "m0").await;
+        let error_at = start.elapsed();
+        fake.clear_faults().await;
+        let failed = server_creates(&fake.metrics().await);
+        s.all_active(&names, Duration::from_secs(180)).await;
+        let healed_at = start.elapsed();
+        // A few ticks more: a late remedy write would show.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let m = fake.metrics().await;
+        let creates = server_creates(&m);
+        let created = sum(
+            &m,
+            &[
+                ("service", "compute"),
+                ("resource", "servers"),
+                ("method", "POST"),
+                ("status", "202"),
+            ],
+        );
+        let wrote = actions(&remedy).await;
+        let retrying = s.events("Retrying").await;
+        let marked: Vec<(String, Vec<String>)> = history
+            .versions()
+            .iter()
+            .map(|o| (brief(o), remedy_marks(o)))
+            .filter(|(_, m)| !m.is_empty())
+            .collect();
+        let mut others = vec![];
+        for n in &names {
+            for o in [env.server(n).await, env.osms.get(n).await.ok()]
+                .into_iter()
+                .flatten()
+            {
+                others.extend(remedy_marks(&o));
+            }
+        }
+        eprintln!(
+            "remedy (controller_retries: true) + CAPO main, 503 on create in az3 until m0 ERROR: \
+             ERROR at {error_at:?} ({failed} creates by then), every server ACTIVE at {healed_at:?}; \
+             server creates {creates} ({created} answered 202); remedy actions {wrote:?}; \
+             m0 versions: {:?}",
+            history.versions().iter().map(brief).collect::<Vec<_>>()
+        );
+        assert!(
+            wrote.is_empty(),
+            "remedy acted: {wrote:?}\n{}",
+            remedy.log_tail()
+        );
+        assert!(retrying.is_empty(), "Retrying Events: {retrying:?}");
+        assert!(marked.is_empty(), "m0 marked by remedy: {marked:?}");
+        assert!(others.is_empty(), "marks left by remedy: {others:?}");
+        // One server made per machine; the rest are the failed creates,
+        // all CAPO main's (no remedy write could have caused one).
+        assert_eq!(created, names.len() as u64, "{creates} creates");
+        assert!(creates > created, "no failed create: {creates}");
+        // CAPO main's backoff after one or two failures is milliseconds:
+        // healed well within remedy's own retry quiet (90 s).
+        assert!(
+            healed_at - error_at <= Duration::from_secs(60),
+            "{:?} from ERROR to healed",
+            healed_at - error_at
+        );
+    }
+
+    /// Nova server calls (`/servers`, any method, any answer).
+    fn server_calls(m: &[Sample]) -> u64 {
+        sum(m, &[("service", "compute"), ("resource", "servers")])
+    }
+
+    /// #39.3, a failure that lasts past remedy's retry quiet (90 s): 503s
+    /// on every create in m0's zone until remedy retries it. CAPO main
+    /// retries it on its own backoff, writing nothing. Two remedy replicas
+    /// watch it side by side (leader election off; their metrics are their
+    /// own): one with `controller_retries: true` on the CAPO built-ins,
+    /// which never acts, and one with the shipped config as it is (retry on
+    /// for `openstack-server`), which retries the server once it has been
+    /// quiet for 90 s (and its OpenStackMachine with it). CAPO main has no
+    /// gate on ERROR and reconciles on every write to the server, so each
+    /// write of that retry is a create, and so is each of CAPO's own writes
+    /// of the failure that follows: remedy's mark (annotations), its clear,
+    /// then CAPO's InstanceReady condition and its ERROR (two writes): 4
+    /// creates within a second, where CAPO main's own next one was tens of
+    /// seconds away (its delay doubles per failure: 2.5 s, 5.2, 7.7, 13,
+    /// 23, 44, 85 after the first). Each of them also doubles CAPO main's
+    /// per-item delay, so its next create after the cloud's return comes
+    /// later than it would have without remedy: with the cloud back 5 s
+    /// after the retry, the server was created at remedy's second retry,
+    /// 125 s after the return (`CAPO_MAIN_HEAL=1` measures it; 2 min more).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn past_the_retry_quiet_the_shipped_default_adds_a_create_and_the_override_none() {
+        let s = CapoMain::start("capo-main-quiet", &["az1", "az3"]).await;
+        let quiet = s.remedy(&s.config(true, &[])).await;
+        let shipped = s.remedy(&s.config(false, &[])).await;
+        let (env, fake, procs) = (&s.env, &s.fake, s.procs());
+        let history = History::start(&env.servers, "m0");
+        fake.set_faults(json!({"rules": [{
+            "service": "compute", "resource": "servers", "method": "POST", "zone": "az3", "status": 503,
+        }]}))
+        .await;
+        let start = Instant::now();
+        env.machine("m0", "az3").await;
+        env.machine("m1", "az1").await;
+        env.server_in_error(&procs, "m0").await;
+        let error_at = start.elapsed();
+        // Every create (m1's one aside, m0's), sampled, until the retry.
+        let mut own = vec![];
+        let mut last = 0;
+        let deadline = Instant::now() + Duration::from_secs(150);
+        let (retried_at, before) = loop {
+            for p in procs {
+                p.check();
+            }
+            let n = server_creates(&fake.metrics().await);
+            let o = env.server("m0").await.expect("m0");
+            let marked = o
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key("remedy.dev/crash-count"));
+            if marked {
+                break (start.elapsed(), n);
+            }
+            if n != last {
+                own.push((format!("{:.1}", start.elapsed().as_secs_f64()), n));
+                last = n;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no retry by the shipped config 150 s after the failure\n{}",
+                shipped.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let quiet_before = actions(&quiet).await;
+        // What follows the retry within 5 s.
+        let mut after = vec![];
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            after.push(server_creates(&fake.metrics().await) - before);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Counted from CAPO main's own last create (its next one is about
+        // 80 s away): remedy's mark is a write of its own and may have
+        // made a create before the mark was seen here.
+        let extra = after.last().copied().unwrap_or_default() + before - last;
+        let retries = action(&shipped, "retry").await;
+        // The heal after the cloud's return takes 2 min more (remedy's
+        // second retry): measured with CAPO_MAIN_HEAL set, not in CI.
+        let (mut back_at, mut healed_at) = (None, None);
+        if std::env::var_os("CAPO_MAIN_HEAL").is_some() {
+            fake.clear_faults().await;
+            back_at = Some(start.elapsed());
+            s.all_active(&["m0".into(), "m1".into()], Duration::from_secs(240))
+                .await;
+            healed_at = Some(start.elapsed());
+        }
+        let quiet_after = actions(&quiet).await;
+        eprintln!(
+            "CAPO main, 503 on create in az3 for m0: ERROR at {error_at:?}; creates (s, total) \
+             until remedy's retry: {own:?}; the shipped default retried at {retried_at:?} \
+             ({before} creates when seen), {extra} creates by the retry ({after:?} in the 5 s \
+             after it was seen), \
+             retries {retries}; controller_retries: true: actions {quiet_after:?}; cloud back at \
+             {back_at:?}, healed at {healed_at:?} ({} retries in all); m0 versions: {:?}",
+            action(&shipped, "retry").await,
+            history.versions().iter().map(brief).collect::<Vec<_>>()
+        );
+        assert!(
+            quiet_before.is_empty() && quiet_after.is_empty(),
+            "remedy with controller_retries: true acted: {quiet_before:?} {quiet_after:?}\n{}",
+            quiet.log_tail()
+        );
+        assert!(
+            retried_at - error_at >= Duration::from_secs(90),
+            "retried {:?} after the failure, within the quiet",
+            retried_at - error_at
+        );
+        // The server and its OpenStackMachine, once each.
+        assert_eq!(retries, 2.0, "{}", shipped.log_tail());
+        // The four writes above (4 in each of four runs); the workqueue
+        // may fold two into one.
+        assert!(
+            (1..=4).contains(&extra),
+            "{extra} creates after one retry: {after:?}"
+        );
+    }
+
+    /// A whole zone down: every Nova server call in az3 answers 503 (the
+    /// creates and the calls on a server). One server there (e0) is ERROR
+    /// in Nova (instanceID set), which CAPO main reads again every 60 s;
+    /// five more fail their creates, which CAPO main retries on its
+    /// backoff. remedy with the shipped config (its breaker's window and
+    /// cooldown shortened, see below) opens az3's breaker and holds them;
+    /// while held, CAPO main makes no Nova server call at all for 95 s,
+    /// longer than its 60 s poll. The zone returns before the cooldown
+    /// ends, and remedy releases them once it has: every server ACTIVE
+    /// within 65 s of the return, before CAPO main alone would be.
+    ///
+    /// The shipped breaker (window 5m, cooldown 10m) would hold them for
+    /// 10 min or more; `window: 10s, cooldown: 100s` keeps the test short
+    /// and still outlasts CAPO main's 60 s poll.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_outage_hold_stops_capo_mains_creates_and_polls_and_the_release_is_prompt() {
+        const HELD: Duration = Duration::from_secs(95);
+        let s = CapoMain::start("capo-main-outage", &["az1", "az3"]).await;
+        let remedy = s
+            .remedy(&s.config(false, &[("window", "10s"), ("cooldown", "100s")]))
+            .await;
+        let (env, fake, procs) = (&s.env, &s.fake, s.procs());
+        let start = Instant::now();
+        fake.set_faults(json!({"server_error": 1.0, "server_error_zone": "az3", "rules": []}))
+            .await;
+        env.machine("e0", "az3").await;
+        let e0 = env.server_in_error(&procs, "e0").await;
+        let e0_id = e0.data["status"]["instanceID"]
+            .as_str()
+            .expect("e0 ERROR in Nova, with an instanceID")
+            .to_string();
+        fake.set_faults(json!({"rules": [{
+            "service": "compute", "resource": "servers", "zone": "az3", "status": 503,
+        }]}))
+        .await;
+        let outage_at = start.elapsed();
+        let at_outage = fake.metrics().await;
+        let e0_at_outage = fake.server_calls(&e0_id);
+        // e0's next 60 s poll would find the outage within a minute; a
+        // label (any update reconciles it: no event filter on its own
+        // kind) makes that now, so the test need not wait for it.
+        env.servers
+            .patch(
+                "e0",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"test.remedy.dev/nudge": "1"}}})),
+            )
+            .await
+            .expect("label e0");
+        let names = names("m", 5);
+        let histories: Vec<History> = names
+            .iter()
+            .map(|n| History::start(&env.servers, n))
+            .collect();
+        for n in &names {
+            env.machine(n, "az3").await;
+        }
+        // Held: the five, and e0, whose GET got the 503 (a transient
+        // failure now; Nova's ERROR alone is terminal and not held).
+        let all: Vec<String> = names.iter().cloned().chain(["e0".into()]).collect();
+        wait_for(
+            &procs,
+            Duration::from_secs(120),
+            "the six servers held",
+            || async {
+                for n in &all {
+                    held_for(&env.server(n).await?)?;
+                }
+                Some(())
+            },
+        )
+        .await;
+        let held_at = start.elapsed();
+        let at_hold = fake.metrics().await;
+        let e0_at_hold = fake.server_calls(&e0_id);
+        let mut samples = vec![];
+        let t = Instant::now();
+        while t.elapsed() < HELD {
+            for p in procs {
+                p.check();
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let m = fake.metrics().await;
+            samples.push((
+                t.elapsed().as_secs(),
+                server_calls(&m) - server_calls(&at_hold),
+                fake.server_calls(&e0_id) - e0_at_hold,
+            ));
+        }
+        let e0_now = env.server("e0").await.expect("e0");
+        let e0_held = held_for(&e0_now);
+        let still_held: Vec<bool> = {
+            let mut v = vec![];
+            for n in &names {
+                v.push(held_for(&env.server(n).await.expect("server")).is_some());
+            }
+            v
+        };
+        let during = fake.metrics().await;
+        fake.clear_faults().await;
+        let back = Instant::now();
+        let back_at = start.elapsed();
+        s.all_active(&names, Duration::from_secs(180)).await;
+        let active_at = start.elapsed();
+        let after_return = back.elapsed();
+        let m = fake.metrics().await;
+        // Per server: when remedy released it and when it was ACTIVE, in s
+        // after the return.
+        let since = |t: Instant| {
+            t.checked_duration_since(back)
+                .map_or(-0.0, |d| d.as_secs_f64())
+        };
+        let timeline: Vec<String> = histories
+            .iter()
+            .map(|h| {
+                let v = h.stamped();
+                let released = v
+                    .iter()
+                    .skip_while(|(_, o)| held_for(o).is_none())
+                    .find(|(_, o)| held_for(o).is_none())
+                    .map(|(t, _)| since(*t));
+                let active = v
+                    .iter()
+                    .find(|(_, o)| o.data["status"]["instanceState"] == "ACTIVE")
+                    .map(|(t, _)| since(*t));
+                format!("released {released:.1?} ACTIVE {active:.1?}")
+            })
+            .collect();
+        eprintln!("per server, s after the return: {timeline:?}");
+        eprintln!(
+            "remedy (shipped, window 10s, cooldown 100s) + CAPO main, az3 down: outage at \
+             {outage_at:?}; server calls before the hold {} (creates {}, e0's {}); all six held at \
+             {held_at:?}; then (s, server calls, e0's calls): {samples:?}; e0 held {e0_held:?} \
+             ({}); still held at the return {still_held:?}; cloud back at {back_at:?}; every \
+             server ACTIVE at {active_at:?}, {after_return:?} after the return; creates after \
+             the return {}; remedy actions {:?}",
+            server_calls(&at_hold) - server_calls(&at_outage),
+            server_creates(&at_hold) - server_creates(&at_outage),
+            e0_at_hold - e0_at_outage,
+            brief(&e0_now),
+            server_creates(&m) - server_creates(&during),
+            actions(&remedy).await,
+        );
+        assert!(
+            server_calls(&at_hold) > server_calls(&at_outage),
+            "no server call before the hold"
+        );
+        assert!(
+            e0_at_hold > e0_at_outage,
+            "e0 not polled in the outage before its hold"
+        );
+        assert!(
+            still_held.iter().all(|h| *h) && e0_held.is_some(),
+            "released during the outage"
+        );
+        assert_eq!(
+            server_calls(&during) - server_calls(&at_hold),
+            0,
+            "Nova server calls while held: {samples:?}"
+        );
+        // The release comes once the cooldown has run (about 30 s after
+        // the return, all five at once), then a create and CAPO's 10 s
+        // BUILD poll each (ACTIVE 40-45 s after the return, four runs). CAPO main alone
+        // in the same outage (`capo_main_alone_in_a_zone_outage`, 107 s)
+        // made its last failed creates 87 s into it, a delay of 82 s, so
+        // its next comes about 62 s after the return at the earliest
+        // (measured: every server ACTIVE 72.8 s after it).
+        assert!(
+            after_return <= Duration::from_secs(65),
+            "{after_return:?} from the return to every server ACTIVE"
+        );
+        assert_eq!(
+            server_creates(&m) - server_creates(&during),
+            names.len() as u64,
+            "one create per released server"
+        );
+    }
+
+    /// CAPO main alone in the same zone outage as above, as long as the
+    /// outage there lasted (107 s: 12 s to the hold, 95 s held): its creates
+    /// and polls during the outage, and how long after the return every
+    /// server is ACTIVE (its per-item backoff doubled with each failed
+    /// create). A measurement (about 3.5 min), for
+    /// docs/upstream-behaviour.md; `OUTAGE_S` sets another length.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "a measurement: minutes of CAPO main's backoff"]
+    async fn capo_main_alone_in_a_zone_outage() {
+        let outage = std::env::var("OUTAGE_S")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map_or(Duration::from_secs(107), Duration::from_secs);
+        let s = CapoMain::start("capo-main-alone", &["az1", "az3"]).await;
+        let (env, fake, procs) = (&s.env, &s.fake, s.procs());
+        let start = Instant::now();
+        fake.set_faults(json!({"server_error": 1.0, "server_error_zone": "az3", "rules": []}))
+            .await;
+        env.machine("e0", "az3").await;
+        let e0 = env.server_in_error(&procs, "e0").await;
+        let e0_id = e0.data["status"]["instanceID"]
+            .as_str()
+            .expect("instanceID")
+            .to_string();
+        fake.set_faults(json!({"rules": [{
+            "service": "compute", "resource": "servers", "zone": "az3", "status": 503,
+        }]}))
+        .await;
+        let names = names("m", 5);
+        for n in &names {
+            env.machine(n, "az3").await;
+        }
+        let e0_at = fake.server_calls(&e0_id);
+        let at = fake.metrics().await;
+        let mut creates = vec![];
+        let mut last = 0;
+        let t = Instant::now();
+        while t.elapsed() < outage {
+            for p in procs {
+                p.check();
+            }
+            let n = server_creates(&fake.metrics().await) - server_creates(&at);
+            if n != last {
+                creates.push((t.elapsed().as_secs(), n));
+                last = n;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let during = fake.metrics().await;
+        let e0_calls = fake.server_calls(&e0_id) - e0_at;
+        fake.clear_faults().await;
+        let back = Instant::now();
+        s.all_active(&names, Duration::from_secs(1200)).await;
+        let after_return = back.elapsed();
+        eprintln!(
+            "CAPO main alone, az3 down for {outage:?}: creates (s, total) {creates:?}; server \
+             calls {}; e0's {e0_calls}; every server ACTIVE {after_return:?} after the return \
+             ({:?} in all)",
+            server_calls(&during) - server_calls(&at),
+            start.elapsed()
+        );
+        assert!(e0_calls >= 2, "e0 polled {e0_calls} times in {outage:?}");
     }
 }

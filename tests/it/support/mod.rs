@@ -49,6 +49,9 @@ pub enum CrdSet {
     Capo,
     /// Cluster API v1.13.4 with CAPO v0.15.0-beta.0's v1beta2 CRDs.
     CapoV0_15,
+    /// Cluster API v1.14.2 with CAPO main's CRDs (e52de58, after PR #3300;
+    /// `testenv/capo-next.sh main`).
+    CapoMain,
     /// Default plus CAPD v1.13.7's CRDs (DevCluster, DevMachine: the
     /// in-memory provider, `testenv/capd.sh`).
     Capd,
@@ -62,6 +65,7 @@ impl CrdSet {
             CrdSet::CapiV1_10 => "capi-v1.10",
             CrdSet::Capo => "capo",
             CrdSet::CapoV0_15 => "capo-v0.15",
+            CrdSet::CapoMain => "capo-main",
             CrdSet::Capd => "capd",
         }
     }

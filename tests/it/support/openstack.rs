@@ -432,3 +432,32 @@ pub async fn start_capo_manager_v0_15(cluster: &TestCluster, ns: &str) -> Superv
     )
     .await
 }
+
+/// The real Cluster API core manager v1.14.2 (`testenv/capi.sh v1.14.2`):
+/// CAPO main's go.mod requires v1.14.
+pub async fn start_capi_manager_v1_14(cluster: &TestCluster, ns: &str) -> Supervised {
+    start_manager(
+        "capi-manager-v1.14.2",
+        "capi-manager-v1.14.2",
+        "run `bash testenv/capi.sh v1.14.2`",
+        cluster,
+        ns,
+        &[],
+    )
+    .await
+}
+
+/// The real CAPO main manager (e52de58, after PR #3300:
+/// `testenv/capo-next.sh main`, from the source tarball); `-v=4` as for
+/// v0.14.7.
+pub async fn start_capo_manager_main(cluster: &TestCluster, ns: &str) -> Supervised {
+    start_manager(
+        "capo-manager-main",
+        "capo-manager-main",
+        "run `bash testenv/capo-next.sh main`",
+        cluster,
+        ns,
+        &["--v=4"],
+    )
+    .await
+}
