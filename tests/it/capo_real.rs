@@ -1987,7 +1987,6 @@ mod v015 {
 /// `controller_retries: true` on the CAPO built-ins is the setting for it.
 mod main {
     use super::*;
-    use crate::support::openstack::{start_capi_manager_v1_14, start_capo_manager_main};
     use k8s_openapi::api::core::v1::Event;
     use kube::api::ListParams;
 
@@ -2004,13 +2003,14 @@ mod main {
 
     impl CapoMain {
         async fn start(prefix: &str, zones: &[&str]) -> Self {
-            let fake = FakeOpenstack::start_with_zones(Duration::from_secs(2), zones).await;
-            let cluster = TestCluster::start_with_crds(CrdSet::CapoMain, &[]);
-            let client = cluster.client().await;
-            let ns = namespace(&client, prefix).await;
-            let capi = start_capi_manager_v1_14(&cluster, &ns).await;
-            let capo = start_capo_manager_main(&cluster, &ns).await;
-            let env = Env::at(CapoApi::V1beta2, client, ns, &fake).await;
+            // The stack the capo_outage bench runs CAPO main on.
+            let Capo {
+                env,
+                capo,
+                capi,
+                fake,
+                cluster,
+            } = Capo::start_main(prefix, zones).await;
             Self {
                 env,
                 capo,

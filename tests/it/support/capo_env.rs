@@ -5,7 +5,7 @@
 
 use super::openstack::{
     FLAVOR, FakeOpenstack, IMAGE_ID, NETWORK_ID, SUBNET_ID, Supervised, start_capi_manager,
-    start_capo_manager_with, wait_for,
+    start_capi_manager_v1_14, start_capo_manager_main, start_capo_manager_with, wait_for,
 };
 use super::{CrdSet, Remedy, TestCluster, namespace};
 use kube::Client;
@@ -273,6 +273,26 @@ impl Capo {
         let capi = start_capi_manager(&cluster, &ns).await;
         let capo = start_capo_manager_with(&cluster, &ns, capo_flags).await;
         let env = Env::new(client, ns, &fake).await;
+        Self {
+            env,
+            capo,
+            capi,
+            fake,
+            cluster,
+        }
+    }
+
+    /// As [`Capo::start_in_zones`] with CAPO main (e52de58, which retries
+    /// an ERROR server) on the Cluster API v1.14.2 manager and the
+    /// `capo-main` CRD set; its OpenStackMachines are v1beta2.
+    pub async fn start_main(prefix: &str, zones: &[&str]) -> Self {
+        let fake = FakeOpenstack::start_with_zones(Duration::from_secs(2), zones).await;
+        let cluster = TestCluster::start_with_crds(CrdSet::CapoMain, &[]);
+        let client = cluster.client().await;
+        let ns = namespace(&client, prefix).await;
+        let capi = start_capi_manager_v1_14(&cluster, &ns).await;
+        let capo = start_capo_manager_main(&cluster, &ns).await;
+        let env = Env::at(CapoApi::V1beta2, client, ns, &fake).await;
         Self {
             env,
             capo,
