@@ -574,12 +574,13 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 s.release_failures = failed;
             }
         }
-        // Held whole (`breaker.hold: domain`), a domain makes no calls: its
-        // calm says nothing, only its probes' answers say the cloud is back.
+        // A domain whose failed resources are held makes no calls for them:
+        // its calm says nothing (held whole, `breaker.hold: domain`, it makes
+        // none at all), only its probes' answers say the cloud is back.
         // Without probing, or with nothing failed left to probe, calm is all
         // there is to go by.
         let breaker = &core.cfg.breaker;
-        if breaker.hold == BreakerHold::Domain && breaker.release.probe_every.is_some() {
+        if breaker.release.probe_every.is_some() {
             for d in failed_held {
                 let probed = core.paces.get(&d).is_some_and(Pace::probed);
                 let s = samples.entry(d).or_default();

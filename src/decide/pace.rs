@@ -2,11 +2,15 @@
 //! connection): released resources are the probes, their next state is the
 //! acknowledgement. Mostly successful releases double the pace (slow start),
 //! a cloud that answers at least `min_success` of them still gets an
-//! additive increase, and below that the pace halves down to the floor.
+//! additive increase once its breaker has closed, and below that the pace
+//! halves down to the floor. While the breaker is open the releases are
+//! probes: only a cloud answering nearly all of them doubles their pace (no
+//! additive step), anything less halves it back to the probe pace, so one
+//! lucky probe in a zone failing 60% does not release the zone.
 //! A throttled window halves it too and caps slow start at that pace from
 //! then on (TCP's ssthresh), so the pace saws below the quota it found
-//! instead of doubling past it again. A cloud answering 40% of calls keeps
-//! getting budgeted retries; a dead zone gets probes ever further apart,
+//! instead of doubling past it again. A closed domain answering 40% of calls
+//! keeps getting budgeted retries; a dead zone gets probes ever further apart,
 //! from one every `probe_every` to one every 8 × that. Pure; time is
 //! passed in.
 
@@ -251,10 +255,20 @@ impl Pace {
             self.threshold = Some((rate * 0.5).max(floor));
             rate * 0.5
         } else if share >= SLOW_START && slow_start {
-            (rate * 2.0).max(rate + self.cfg.step)
-        } else if share >= self.cfg.min_success {
+            // Open, from the probe pace: doubling only, so one lucky
+            // window sends one more probe, not `step` more a second.
+            if self.open {
+                rate * 2.0
+            } else {
+                (rate * 2.0).max(rate + self.cfg.step)
+            }
+        } else if share >= self.cfg.min_success && !self.open {
             rate + self.cfg.step
         } else {
+            // Open, the releases are probes: only a cloud answering nearly
+            // all of them speeds them up. One that answers some (a lucky
+            // probe in a zone failing 60%) goes back towards the probe
+            // pace instead of releasing the zone into its outage.
             rate * 0.5
         };
         let next = next.clamp(floor, ceiling.max(floor));
@@ -342,14 +356,30 @@ mod tests {
     }
 
     #[test]
-    fn a_cloud_answering_40_percent_gets_a_growing_pace() {
+    fn a_cloud_answering_40_percent_gets_a_growing_pace_once_its_breaker_closed() {
         let mut p = Pace::new(&cfg());
         p.opened();
-        let n = drive(&mut p, 1, 120, |i| i % 5 < 2);
+        drive(&mut p, 1, 10, |_| false);
+        p.closed();
+        let n = drive(&mut p, 11, 120, |i| i % 5 < 2);
         assert!(!mostly_failing(&p));
         let rate = p.rate().unwrap();
         assert!(rate > 10.0, "rate {rate}");
         assert!(n > 300, "{n} releases in 2 min");
+    }
+
+    /// Open, the releases are probes: a cloud answering 40% of them keeps
+    /// them at the probe pace (two windows of successes in a row would be
+    /// needed to double it twice), where closed it grows by `step`.
+    #[test]
+    fn an_open_breaker_keeps_a_40_percent_cloud_at_the_probe_pace() {
+        let mut p = Pace::new(&cfg());
+        p.opened();
+        let n = drive(&mut p, 1, 120, |i| i % 5 < 2);
+        let rate = p.rate().unwrap();
+        // probe_every 2 s: 60 probes in 2 min at the probe pace.
+        assert!(rate <= 1.0, "rate {rate}");
+        assert!(n <= 90, "{n} releases in 2 min");
     }
 
     #[test]
@@ -373,6 +403,8 @@ mod tests {
         p.opened();
         drive(&mut p, 1, 60, |_| true);
         assert_eq!(p.rate(), None, "back at the budget");
+        // The cloud answered: the breaker closes.
+        p.closed();
         // 90% succeed, but one in ten is a 429: halve every window.
         for t in 61..=80 {
             let n = p.allowance(secs(t), 80.0).min(80);
