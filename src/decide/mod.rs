@@ -9,6 +9,7 @@ pub mod breaker;
 pub mod breakers;
 pub mod bucket;
 pub mod episodes;
+pub mod external;
 pub mod facts;
 pub mod pace;
 pub mod recovery;
