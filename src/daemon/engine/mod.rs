@@ -37,6 +37,7 @@ const WORKERS: usize = 4;
 
 mod alerts;
 mod explain;
+mod external;
 pub mod http;
 mod pending;
 mod record;
@@ -44,6 +45,7 @@ mod round;
 mod status;
 
 pub use explain::{Explanation, HoldView};
+pub use external::Covered;
 use pending::Pending;
 pub use record::RecordLink;
 pub use status::{STATUS_LIMIT, STATUS_MAX_LIMIT, StatusReport};
