@@ -74,7 +74,7 @@ fn missing() -> Option<String> {
 
 /// Skips (a `SKIPPED:` line) when CAPD is not built, or fails when
 /// `REMEDY_REQUIRE_CAPD` is set (`scripts/test` builds it).
-fn runnable() -> bool {
+pub(crate) fn runnable() -> bool {
     let Some(why) = missing() else { return true };
     assert!(
         std::env::var_os("REMEDY_REQUIRE_CAPD").is_none(),
@@ -188,8 +188,8 @@ fn dev_machine_spec() -> Value {
 /// apiserver), the worker Machines of the MachineSet `workers`, each on a
 /// DevMachine of its name, and, with `mhc`, a MachineHealthCheck on the
 /// workers: Ready=Unknown for [`RULE_SECS`].
-struct Fleet {
-    machines: Api<DynamicObject>,
+pub(crate) struct Fleet {
+    pub(crate) machines: Api<DynamicObject>,
     dev_machines: Api<DynamicObject>,
     /// The fake workload apiserver, through the kubeconfig Secret the real
     /// Cluster controller wrote.
@@ -199,12 +199,12 @@ struct Fleet {
     // Dropped in this order: the managers before their apiserver.
     _capd: Proc,
     _capi: Proc,
-    cluster: TestCluster,
+    pub(crate) cluster: TestCluster,
     _lock: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl Fleet {
-    async fn create(prefix: &str, workers: &[&str], mhc: bool) -> (Self, String) {
+    pub(crate) async fn create(prefix: &str, workers: &[&str], mhc: bool) -> (Self, String) {
         let guard = lock().lock_owned().await;
         let cluster = TestCluster::start_with_crds(CrdSet::Capd, &[]);
         let client = cluster.client().await;
@@ -408,7 +408,7 @@ impl Fleet {
     }
 
     /// How long until `done` holds, `None` if not within `secs`.
-    async fn wait<F, Fut>(&self, secs: u64, mut done: F) -> Option<Duration>
+    pub(crate) async fn wait<F, Fut>(&self, secs: u64, mut done: F) -> Option<Duration>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
