@@ -8,8 +8,13 @@
 //! - An unhealthy Machine outside any outage: the MHC creates the request,
 //!   remedy's retry step times out, remedy escalates (`OwnerRemediated=False`)
 //!   and the real MachineSet deletes the Machine.
+//! - A one-zone outage with 5 unhealthy Machines: none deleted while the
+//!   zone's breaker is open (the requests the MHC created are deferred, the
+//!   other Machines held); once it closes, the Machines healthy again are
+//!   kept and the rest replaced at the budget's pace.
+//! - The same outage under a plain MHC (no remedy): the Machines it deletes.
 
-use crate::capi_inmemory::{Fleet, runnable};
+use crate::capi_inmemory::{Fleet, failed_status, runnable};
 use crate::support::mhc::MhcFleet;
 use crate::support::{Remedy, eventually, repo};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -27,6 +32,15 @@ use std::time::{Duration, Instant};
 const RULE_SECS: u64 = 5;
 /// The retry step's timeout: short, the test waits it out.
 const RETRY_SECS: u64 = 8;
+/// The zone a Machine is in (remedy's `breaker.domain`).
+const ZONE_LABEL: &str = "remedy.test/zone";
+/// The outage's zone and its Machines; `w-5` is in another zone.
+const ZONE_A: [&str; 5] = ["w-0", "w-1", "w-2", "w-3", "w-4"];
+const WORKERS: [&str; 6] = ["w-0", "w-1", "w-2", "w-3", "w-4", "w-5"];
+/// Healthy again during the outage: kept after it.
+const RECOVER: [&str; 2] = ["w-0", "w-1"];
+/// Still unhealthy after it: replaced.
+const STAY_DOWN: [&str; 3] = ["w-2", "w-3", "w-4"];
 
 /// Installs the CRDs as deploy/ ships them and waits until they are served.
 async fn install_crds(client: &Client) {
@@ -98,11 +112,16 @@ async fn use_remedy(client: &Client, ns: &str, retry_secs: u64) {
 }
 
 fn config(ns: &str) -> String {
+    config_with(ns, "cooldown: 2s", "refill_per_second: 5, burst: 5")
+}
+
+/// remedy watching Machines, its breakers by the zone label.
+fn config_with(ns: &str, breaker: &str, budget: &str) -> String {
     format!(
         "namespaces: [{ns}]\ntick: 500ms\nleader_election: {{enabled: false}}\n\
-         breaker: {{open_ratio: 0.3, close_ratio: 0.1, min_resources: 3, window: 1s, cooldown: 2s}}\n\
+         breaker: {{domain: {{label: {ZONE_LABEL}}}, open_ratio: 0.5, close_ratio: 0.1, min_resources: 3, window: 1s, {breaker}}}\n\
          backoff: {{base: 1s, cap: 2s}}\n\
-         budget: {{refill_per_second: 5, burst: 5}}\n\
+         budget: {{{budget}}}\n\
          profiles:\n\
          - {{builtin: capi-machine, version: v1beta2}}\n"
     )
@@ -213,5 +232,216 @@ async fn the_real_mhc_hands_an_unhealthy_machine_to_remedy_which_retries_then_es
     eprintln!(
         "external remediation, real MHC + CAPD in-memory: request created {created:?} after w-0's Node went Unknown \
          (rule {RULE_SECS} s), retry step from {retrying:?}, w-0 deleted by its MachineSet {took:?} after (retry timeout {RETRY_SECS} s)"
+    );
+}
+
+async fn label_zones(fleet: &Fleet) {
+    for m in WORKERS {
+        let zone = if ZONE_A.contains(&m) { "a" } else { "b" };
+        fleet
+            .machines
+            .patch(
+                m,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {ZONE_LABEL: zone}}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("label {m}: {e}"));
+    }
+}
+
+/// Zone a's Nodes go Unknown at once.
+async fn zone_down(fleet: &Fleet) -> Instant {
+    for m in ZONE_A {
+        fleet.set_ready(m, "Unknown").await;
+    }
+    Instant::now()
+}
+
+/// Adds the Machines of `of` newly deleted to `deleted`, with the time
+/// since `start`.
+async fn note_deleted(
+    fleet: &Fleet,
+    of: &[&'static str],
+    start: Instant,
+    deleted: &mut Vec<(&'static str, Duration)>,
+) {
+    for &m in of {
+        if !deleted.iter().any(|(d, _)| *d == m) && fleet.deleted(m).await {
+            deleted.push((m, start.elapsed()));
+        }
+    }
+}
+
+/// `RECOVER`'s Nodes Ready again.
+async fn recover(fleet: &Fleet) {
+    for m in RECOVER {
+        fleet.set_ready(m, "True").await;
+    }
+}
+
+/// When `RECOVER` come back, after zone a went down.
+const RECOVER_AFTER: Duration = Duration::from_secs(25);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_one_zone_outage_remedy_defers_the_mhc_then_replaces_only_the_still_unhealthy_at_the_budgets_pace()
+ {
+    if !runnable() {
+        return;
+    }
+    let (fleet, ns) = Fleet::create("capd-ext-outage", &WORKERS, true).await;
+    let client = fleet.cluster.client().await;
+    install_crds(&client).await;
+    use_remedy(&client, &ns, 10).await;
+    label_zones(&fleet).await;
+    // One start every 2 s (retries and replacements alike); the breaker
+    // stays open 30 s after the zone calms.
+    let remedy = Remedy::serve(
+        &fleet.cluster,
+        &config_with(&ns, "cooldown: 30s", "refill_per_second: 0.5, burst: 1"),
+    );
+    remedy.wait_watching(&["Machine"]).await;
+    let requests = api(&client, &ns, KIND, PLURAL);
+    let breaker = r#"remedy_outage_breaker_open{scope="label",domain="a"}"#;
+
+    // The Nodes go first; the cloud's failures are seen once the MHC has
+    // made its first request: the requests are deferred, the rest held.
+    let start = zone_down(&fleet).await;
+    let mut deleted_during = Vec::new();
+    let mut injected = None;
+    let mut opened = None;
+    let mut closed = None;
+    let mut recovered = false;
+    let mut phases = std::collections::BTreeSet::new();
+    while closed.is_none() && start.elapsed() < Duration::from_secs(150) {
+        note_deleted(&fleet, &ZONE_A, start, &mut deleted_during).await;
+        let list = requests.list(&Default::default()).await.expect("requests");
+        for r in &list.items {
+            if let Some(p) = r.data["status"]["phase"].as_str() {
+                phases.insert(p.to_string());
+            }
+        }
+        if injected.is_none()
+            && (!list.items.is_empty() || start.elapsed() > Duration::from_secs(20))
+        {
+            for m in ZONE_A {
+                fleet
+                    .machines
+                    .patch_status(
+                        m,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": failed_status()})),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("status of {m}: {e}"));
+            }
+            injected = Some((start.elapsed(), list.items.len()));
+        }
+        if !recovered && start.elapsed() >= RECOVER_AFTER {
+            recover(&fleet).await;
+            recovered = true;
+        }
+        let open = remedy.metric(breaker).await == 1.0;
+        if opened.is_none() && open {
+            opened = Some(start.elapsed());
+        }
+        if opened.is_some() && !open {
+            closed = Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (injected, early) = injected.expect("failures injected");
+    let opened =
+        opened.unwrap_or_else(|| panic!("zone a's breaker never opened\n{}", remedy.log_tail()));
+    let closed =
+        closed.unwrap_or_else(|| panic!("zone a's breaker never closed\n{}", remedy.log_tail()));
+    assert!(
+        deleted_during.is_empty(),
+        "deleted while zone a's breaker was open: {deleted_during:?}\n{}",
+        remedy.log_tail()
+    );
+    assert!(
+        phases.contains("Deferred"),
+        "no request deferred during the outage (phases {phases:?})\n{}",
+        remedy.log_tail()
+    );
+
+    // After it: the still-unhealthy are replaced, one budget token apart.
+    let after = Instant::now();
+    let mut gone = Vec::new();
+    while after.elapsed() < Duration::from_secs(120) && gone.len() < STAY_DOWN.len() {
+        note_deleted(&fleet, &STAY_DOWN, after, &mut gone).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        gone.len(),
+        STAY_DOWN.len(),
+        "still-unhealthy Machines replaced within 120 s of the breaker closing: {gone:?}\n{}",
+        remedy.log_tail()
+    );
+    let spread = gone.last().expect("one").1 - gone[0].1;
+    // Three escalations need three starts from a bucket of 1 refilled at
+    // 0.5/s: 4 s from the first to the last, less polling.
+    assert!(
+        spread >= Duration::from_millis(3500),
+        "replacements not paced by the budget: {gone:?}"
+    );
+    // The ones healthy again are kept, and their requests are gone.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for m in RECOVER {
+        assert!(!fleet.deleted(m).await, "{m}: healthy again, replaced");
+        assert!(
+            requests.get_opt(m).await.expect("get").is_none(),
+            "{m}: its request is still there"
+        );
+    }
+    assert!(!fleet.deleted("w-5").await, "w-5 (zone b) deleted");
+    let replaced = remedy
+        .metric(r#"remedy_actions_total{action="replace",result="success"}"#)
+        .await;
+    assert_eq!(replaced, STAY_DOWN.len() as f64, "{}", remedy.log_tail());
+    eprintln!(
+        "external remediation in a one-zone outage (5 of 6 workers, real MHC + CAPD in-memory): failures injected {injected:?} \
+         after the Nodes went Unknown ({early} requests then), zone a's breaker open {opened:?} to {closed:?}: 0 deleted meanwhile, \
+         request phases seen {phases:?}; after it {gone:?} replaced (first to last {spread:?}, budget 0.5/s burst 1), \
+         {RECOVER:?} (Ready again at {RECOVER_AFTER:?}) kept"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_the_same_outage_a_plain_mhc_deletes_the_zones_machines() {
+    if !runnable() {
+        return;
+    }
+    let (fleet, _ns) = Fleet::create("capd-plain-outage", &WORKERS, true).await;
+    label_zones(&fleet).await;
+    let start = zone_down(&fleet).await;
+    let mut deleted = Vec::new();
+    let mut recovered = false;
+    while start.elapsed() < Duration::from_secs(30) {
+        note_deleted(&fleet, &ZONE_A, start, &mut deleted).await;
+        // Those the MHC left (their Nodes go with their Machines).
+        if !recovered && start.elapsed() >= RECOVER_AFTER {
+            for m in RECOVER {
+                if !fleet.deleted(m).await {
+                    fleet.set_ready(m, "True").await;
+                }
+            }
+            recovered = true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!fleet.deleted("w-5").await, "w-5 (zone b) deleted");
+    // Every Machine of the zone: the MHC cannot tell an outage from five
+    // broken Machines (maxUnhealthy is 100% by default).
+    assert_eq!(
+        deleted.len(),
+        ZONE_A.len(),
+        "plain MHC deleted {deleted:?} of zone a within 30 s"
+    );
+    eprintln!(
+        "plain MHC (no remedy) in the same one-zone outage: {} of {} deleted within 30 s: {deleted:?}",
+        deleted.len(),
+        ZONE_A.len()
     );
 }

@@ -513,7 +513,7 @@ fn config(ns: &str, cooldown: &str) -> String {
 /// What a CAPI v1beta2 Machine shows after its provider's create got a 503
 /// (CAPD's in-memory backend has no failure to inject): transient for
 /// remedy. The MHC does not read these fields.
-fn failed_status() -> Value {
+pub(crate) fn failed_status() -> Value {
     json!({"deprecated": {"v1beta1": {
         "failureReason": "CreateError",
         "failureMessage": "Expected HTTP response code [202] when accessing [POST https://nova:8774/v2.1/servers], but got 503 instead",
