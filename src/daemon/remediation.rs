@@ -20,7 +20,7 @@ use crate::decide::external::{
 };
 use crate::metrics::Metrics;
 use crate::metrics::values::ActionResult;
-use crate::model::profile::WHY_ANNOTATION;
+use crate::model::profile::{CAPI_PAUSED, WHY_ANNOTATION};
 use crate::model::remediation::{
     self as rr, EXTERNALLY_REMEDIATED, HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED, Phase,
     RemediationCondition, RemedyRemediationStatus, Step, StepKind, WaitingFor,
@@ -120,6 +120,7 @@ fn machine_facts(m: Option<&DynamicObject>) -> MachineFacts {
             .filter(|z| !z.is_empty())
             .map(String::from),
         crash_count: 0,
+        paused: m.annotations().contains_key(CAPI_PAUSED),
     }
 }
 
@@ -438,6 +439,10 @@ impl Remediator {
                 }
             }
             Action::Defer { outage, until } => {
+                // The step under way starts again after the outage
+                // (decide::external): its start and action are forgotten.
+                status.step_started_at = None;
+                status.acted = false;
                 status.waiting_for = Some(WaitingFor {
                     reason: outage.reason().into(),
                     message: Some(outage.message()),
@@ -749,9 +754,12 @@ mod tests {
         let f = machine_facts(Some(&m));
         assert!(f.found && !f.healthy && !f.deleting);
         assert_eq!(f.zone.as_deref(), Some("az1"));
-        let ok = machine(json!([]), json!({}));
+        assert!(!f.paused);
+        let mut ok = machine(json!([]), json!({}));
+        ok.annotations_mut()
+            .insert(CAPI_PAUSED.into(), String::new());
         let f = machine_facts(Some(&ok));
-        assert!(f.healthy);
+        assert!(f.healthy && f.paused);
         assert_eq!(f.zone, None);
         assert!(!machine_facts(None).found);
     }

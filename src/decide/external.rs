@@ -9,9 +9,12 @@
 //! 1. Machine gone or deleting, or healthy again: done (the MHC deletes the
 //!    request of a healthy Machine; the ownerRef removes a gone one's).
 //! 2. Already escalated: wait for the MachineSet to replace the Machine.
-//! 3. An outage covers the Machine: defer, with why and until when. Nothing
-//!    is retried or escalated; a step under way restarts after the outage
-//!    (a retry during the outage proved nothing either way).
+//! 3. An outage covers the Machine, or the Machine is paused (remedy's
+//!    breaker holds it, or someone else): defer, with why and until when.
+//!    Nothing is retried or escalated; a step under way restarts after it
+//!    (a retry during the outage proved nothing either way). A paused
+//!    Machine is no target of its MHC, so its `HealthCheckSucceeded` is
+//!    stale: escalating it would replace a Machine that may be healthy.
 //! 4. No step started, a step timed out with another after it, or a step to
 //!    restart after an outage: start it, if the budget (and `budget.per`)
 //!    allows, lowest crash count first; else queue.
@@ -50,6 +53,8 @@ pub struct MachineFacts {
     pub zone: Option<String>,
     /// remedy's crash count for the Machine (its infrastructure object's).
     pub crash_count: u32,
+    /// `cluster.x-k8s.io/paused`: its MHC does not judge it.
+    pub paused: bool,
 }
 
 /// Why a request is deferred.
@@ -59,6 +64,8 @@ pub enum Outage {
     Breaker { domain: String },
     /// A configured outage alert fires for the Machine's scope.
     Alert { alert: String },
+    /// The Machine is paused (remedy's hold during an outage, or another's).
+    Paused,
 }
 
 impl Outage {
@@ -66,6 +73,7 @@ impl Outage {
         match self {
             Outage::Breaker { .. } => "BreakerOpen",
             Outage::Alert { .. } => "OutageAlert",
+            Outage::Paused => "MachinePaused",
         }
     }
 
@@ -75,6 +83,7 @@ impl Outage {
                 format!("the outage breaker of failure domain {domain} is open")
             }
             Outage::Alert { alert } => format!("outage alert {alert} fires for this Machine"),
+            Outage::Paused => "the Machine is paused: its MachineHealthCheck does not judge it until the pause goes".into(),
         }
     }
 }
@@ -230,11 +239,19 @@ fn need(r: &Request, now: DateTime<Utc>) -> Need {
             until: *until,
         });
     }
+    if m.paused {
+        return Need::Act(Action::Defer {
+            outage: Outage::Paused,
+            until: None,
+        });
+    }
     let Some((i, step)) = current else {
         return Need::Start(0);
     };
-    // Back from an outage: the step starts again, through the budget.
-    if p.deferred {
+    // Back from an outage: the step starts again, through the budget. A
+    // deferral clears the step's start (the daemon writes that), so the
+    // restart outlives a round queued for the budget.
+    if p.deferred || p.step_started.is_none() {
         return Need::Start(i);
     }
     if !p.acted {
@@ -340,6 +357,7 @@ mod tests {
             healthy: false,
             zone: Some("az1".into()),
             crash_count: 0,
+            paused: false,
         }
     }
 
@@ -487,6 +505,49 @@ mod tests {
                 until: None
             }
         );
+    }
+
+    #[test]
+    fn a_paused_machine_is_deferred_and_its_step_restarts_after() {
+        // Held by remedy's breaker while its retry step timed out: its
+        // HealthCheckSucceeded is stale, it must not be escalated.
+        let mut r = at_step("ns/m", 0, 0, true);
+        r.machine.paused = true;
+        let a = one(r.clone(), &budget(5), 1000);
+        assert_eq!(
+            a,
+            Action::Defer {
+                outage: Outage::Paused,
+                until: None
+            }
+        );
+        assert_eq!(Outage::Paused.reason(), "MachinePaused");
+        r.machine.paused = false;
+        r.progress.deferred = true;
+        assert_eq!(one(r, &budget(5), 1001), Action::StartStep(0));
+    }
+
+    #[test]
+    fn a_step_cleared_by_a_deferral_restarts_even_after_a_queued_round() {
+        // The daemon clears the start when it defers; one round later the
+        // request was queued for the budget (phase Queued, not Deferred).
+        let r = Request {
+            progress: Progress {
+                current_step: Some(0),
+                step_started: None,
+                acted: false,
+                deferred: false,
+            },
+            ..request("ns/m")
+        };
+        assert_eq!(
+            one(r.clone(), &budget(0), 5000),
+            Action::Wait {
+                why: Wait::Budget,
+                until: None
+            }
+        );
+        assert_eq!(one(r, &budget(1), 5001), Action::StartStep(0));
     }
 
     #[test]

@@ -389,7 +389,11 @@ async fn in_a_one_zone_outage_remedy_defers_the_mhc_then_replaces_only_the_still
     // The ones healthy again are kept, and their requests are gone.
     tokio::time::sleep(Duration::from_secs(5)).await;
     for m in RECOVER {
-        assert!(!fleet.deleted(m).await, "{m}: healthy again, replaced");
+        assert!(
+            !fleet.deleted(m).await,
+            "{m}: healthy again, replaced\n{}",
+            remedy.log_tail()
+        );
         assert!(
             requests.get_opt(m).await.expect("get").is_none(),
             "{m}: its request is still there"
