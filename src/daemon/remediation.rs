@@ -336,6 +336,7 @@ impl Remediator {
         drop(requests);
 
         let mut acted: BTreeMap<usize, Action> = valid.iter().copied().zip(actions).collect();
+        let mut explained = std::collections::HashMap::new();
         for (i, it) in items.iter().enumerate() {
             let phase = match (&it.steps, acted.remove(&i)) {
                 (Err(e), _) => {
@@ -353,11 +354,12 @@ impl Remediator {
                 }
                 (Ok(_), None) => it.status.phase,
             };
-            *phases
-                .entry(phase.unwrap_or(Phase::Pending).as_str())
-                .or_default() += 1;
+            let phase = phase.unwrap_or(Phase::Pending);
+            *phases.entry(phase.as_str()).or_default() += 1;
+            explained.insert(it.keys[0].clone(), explain(it, phase));
         }
         self.metrics.remediation.set(&phases);
+        self.engine.set_external(explained);
 
         // The MHC deleted these (their Machine is healthy again, or gone):
         // remove the note remedy left on the Machine.
@@ -712,6 +714,40 @@ impl Remediator {
             tracing::warn!(error = %e, reason, "could not publish Event");
         }
     }
+}
+
+/// What `explain` says of a Machine's request: its name, phase, step and
+/// what it waits for, as of the round that read it.
+fn explain(it: &Item, phase: Phase) -> String {
+    let s = &it.status;
+    let step = match (&it.steps, s.current_step) {
+        (Ok(steps), Some(i)) => steps
+            .get(i as usize)
+            .map(|st| format!(", step {i} ({})", st.kind.as_str()))
+            .unwrap_or_default(),
+        _ => String::new(),
+    };
+    let waiting = s
+        .waiting_for
+        .as_ref()
+        .map(|w| {
+            format!(
+                ", waiting for {}{}",
+                w.reason,
+                w.until
+                    .as_deref()
+                    .map(|u| format!(" until {u}"))
+                    .unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "{}/{} {}{step}, {} attempts{waiting}",
+        rr::KIND,
+        it.name,
+        phase.as_str(),
+        s.attempts
+    )
 }
 
 /// The request's one condition: `Remediating`, True while remedy still

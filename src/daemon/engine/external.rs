@@ -67,6 +67,12 @@ impl Engine {
             .unwrap_or(0)
     }
 
+    /// What external remediation does with each Machine that has a
+    /// request, as of its last round: `explain` shows it.
+    pub fn set_external(&self, by_machine: std::collections::HashMap<ResourceKey, String>) {
+        self.state.locked().external = by_machine;
+    }
+
     /// Queues remedy's own remediation of `key` (clear what stops its
     /// controller), carried out by the engine's workers like any other.
     /// False if remedy does not watch it or a goal for it is under way.
