@@ -7,7 +7,11 @@
 //!
 //! - An unhealthy Machine outside any outage: the MHC creates the request,
 //!   remedy's retry step times out, remedy escalates (`OwnerRemediated=False`)
-//!   and the real MachineSet deletes the Machine.
+//!   and the real MachineSet deletes the Machine. The manager runs as a
+//!   ServiceAccount with only Cluster API's own ClusterRole
+//!   (tests/fixtures/capi-v1.14.2-manager-role.yaml) and remedy's
+//!   `deploy/base/capi-remediation-rbac.yaml`, bound directly: the test
+//!   apiserver runs no controller-manager, so no ClusterRole aggregation.
 //! - A one-zone outage with 5 unhealthy Machines: none deleted while the
 //!   zone's breaker is open (the requests the MHC created are deferred, the
 //!   other Machines held); once it closes, the Machines healthy again are
@@ -41,6 +45,36 @@ const WORKERS: [&str; 6] = ["w-0", "w-1", "w-2", "w-3", "w-4", "w-5"];
 const RECOVER: [&str; 2] = ["w-0", "w-1"];
 /// Still unhealthy after it: replaced.
 const STAY_DOWN: [&str; 3] = ["w-2", "w-3", "w-4"];
+
+/// Who the core manager acts as in the first test.
+const MANAGER_SA: &str = "system:serviceaccount:capi-system:capi-manager";
+
+/// The manager's rights: Cluster API's ClusterRole and remedy's aggregated
+/// one, as shipped, each bound to [`MANAGER_SA`].
+fn manager_rbac() -> Vec<Value> {
+    let mut out = Vec::new();
+    for file in [
+        "tests/fixtures/capi-v1.14.2-manager-role.yaml",
+        "deploy/base/capi-remediation-rbac.yaml",
+    ] {
+        let text = std::fs::read_to_string(repo().join(file)).expect("role");
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let role: Value = serde::Deserialize::deserialize(doc).expect("yaml");
+            if role.is_null() {
+                continue;
+            }
+            let name = role["metadata"]["name"].as_str().expect("name").to_string();
+            out.push(role);
+            out.push(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": format!("capi-test-{name}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": "capi-manager", "namespace": "capi-system"}],
+            }));
+        }
+    }
+    out
+}
 
 /// Installs the CRDs as deploy/ ships them and waits until they are served.
 async fn install_crds(client: &Client) {
@@ -132,7 +166,13 @@ async fn the_real_mhc_hands_an_unhealthy_machine_to_remedy_which_retries_then_es
     if !runnable() {
         return;
     }
-    let (fleet, ns) = Fleet::create("capd-ext", &["w-0", "w-1"], true).await;
+    let (fleet, ns) = Fleet::create_as(
+        "capd-ext",
+        &["w-0", "w-1"],
+        true,
+        Some((MANAGER_SA, manager_rbac())),
+    )
+    .await;
     let client = fleet.cluster.client().await;
     install_crds(&client).await;
     use_remedy(&client, &ns, RETRY_SECS).await;

@@ -205,11 +205,31 @@ pub(crate) struct Fleet {
 
 impl Fleet {
     pub(crate) async fn create(prefix: &str, workers: &[&str], mhc: bool) -> (Self, String) {
+        Self::create_as(prefix, workers, mhc, None).await
+    }
+
+    /// As [`Fleet::create`], with the core manager acting as `user`
+    /// (impersonation) with only the rights of `rbac` (ClusterRoles and
+    /// their ClusterRoleBindings, created first) instead of the admin's.
+    pub(crate) async fn create_as(
+        prefix: &str,
+        workers: &[&str],
+        mhc: bool,
+        manager_as: Option<(&str, Vec<Value>)>,
+    ) -> (Self, String) {
         let guard = lock().lock_owned().await;
         let cluster = TestCluster::start_with_crds(CrdSet::Capd, &[]);
         let client = cluster.client().await;
         let ns = namespace(&client, prefix).await;
-        let capi = start_manager(&cluster, CAPI, &ns, &[]).await;
+        let mut extra = Vec::new();
+        if let Some((user, rbac)) = manager_as {
+            extra.push(format!(
+                "--kubeconfig={}",
+                impersonating(&client, &cluster, user, rbac).await.display()
+            ));
+        }
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let capi = start_manager(&cluster, CAPI, &ns, &extra).await;
         let capd = start_capd(&cluster, &ns).await;
         let started = Instant::now();
 
@@ -470,6 +490,47 @@ impl MhcFleet for Fleet {
             .await
             .unwrap_or_else(|e| panic!("node {machine} Ready={status}: {e}"));
     }
+}
+
+/// Creates `rbac` (ClusterRoles, ClusterRoleBindings) and writes a copy of
+/// the cluster's kubeconfig that acts as `user`; returns its path.
+async fn impersonating(
+    client: &Client,
+    cluster: &TestCluster,
+    user: &str,
+    rbac: Vec<Value>,
+) -> std::path::PathBuf {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    for obj in rbac {
+        let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+        let created = match kind.as_str() {
+            "ClusterRole" => Api::<ClusterRole>::all(client.clone())
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(obj).expect("role"),
+                )
+                .await
+                .map(|_| ()),
+            "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(client.clone())
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(obj).expect("binding"),
+                )
+                .await
+                .map(|_| ()),
+            other => panic!("not RBAC: {other}"),
+        };
+        created.unwrap_or_else(|e| panic!("create {kind}: {e}"));
+    }
+    let mut kc: Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&cluster.kubeconfig).expect("kubeconfig"))
+            .expect("kubeconfig yaml");
+    for u in kc["users"].as_array_mut().expect("users") {
+        u["user"]["as"] = json!(user);
+    }
+    let path = cluster.dir.join("kubeconfig-as");
+    std::fs::write(&path, serde_yaml_ng::to_string(&kc).expect("yaml")).expect("write");
+    path
 }
 
 /// The names of the workload cluster's Nodes.
