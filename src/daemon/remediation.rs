@@ -272,6 +272,23 @@ impl Remediator {
             .iter()
             .map(|&i| format!("{}/{}", items[i].ns, items[i].name))
             .collect();
+        // budget.per: an owner's replacements under way (escalated, the
+        // Machine not gone yet) and its releases unanswered take its slots.
+        let owners: Vec<Option<(String, usize, u32)>> = valid
+            .iter()
+            .map(|&i| items[i].keys.iter().find_map(|k| self.engine.owner_of(k)))
+            .collect();
+        let mut per_owner: BTreeMap<String, usize> = BTreeMap::new();
+        for (n, o) in owners.iter().enumerate() {
+            if let Some((name, in_flight, max)) = o {
+                let free = per_owner
+                    .entry(name.clone())
+                    .or_insert((*max as usize).saturating_sub(*in_flight));
+                if items[valid[n]].status.phase == Some(Phase::Escalated) {
+                    *free = free.saturating_sub(1);
+                }
+            }
+        }
         let mut requests = Vec::with_capacity(valid.len());
         for (n, &i) in valid.iter().enumerate() {
             let it = &items[i];
@@ -302,14 +319,14 @@ impl Remediator {
                 },
                 machine,
                 outage,
-                owner: None,
+                owner: owners[n].as_ref().map(|(name, _, _)| name.as_str()),
             });
         }
         let (tokens, next) = self.engine.budget_now();
         let budget = Budget {
             starts: if leader { tokens } else { 0 },
             next_start: chrono::Duration::from_std(next).ok().map(|d| now + d),
-            per_owner: BTreeMap::new(),
+            per_owner,
         };
         let mut actions = external::plan(&requests, &budget, now);
         // Take the tokens the starts need; a start the engine spent first

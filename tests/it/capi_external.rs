@@ -19,7 +19,7 @@
 //! - The same outage under a plain MHC (no remedy): the Machines it deletes.
 
 use crate::capi_inmemory::{Fleet, failed_status, runnable};
-use crate::support::mhc::MhcFleet;
+use crate::support::mhc::{MhcFleet, POOL_LABEL};
 use crate::support::{Remedy, eventually, repo};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
@@ -508,5 +508,84 @@ async fn in_the_same_outage_a_plain_mhc_deletes_the_zones_machines() {
         "plain MHC (no remedy) in the same one-zone outage: {} of {} deleted within 30 s: {deleted:?}",
         deleted.len(),
         ZONE_A.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_per_owner_lets_one_replacement_of_the_pool_go_at_a_time() {
+    if !runnable() {
+        return;
+    }
+    let down = ["w-0", "w-1", "w-2"];
+    let (fleet, ns) = Fleet::create("capd-ext-per", &["w-0", "w-1", "w-2", "w-3"], true).await;
+    let client = fleet.cluster.client().await;
+    install_crds(&client).await;
+    use_remedy(&client, &ns, 3).await;
+    // The budget allows all three at once; budget.per allows one
+    // replacement of the pool under way (escalated, its Machine not gone).
+    // Without budget.per the three escalate within a second of each other
+    // when their retry steps time out together.
+    let remedy = Remedy::serve(
+        &fleet.cluster,
+        &config_with(
+            &ns,
+            "cooldown: 2s",
+            &format!(
+                "refill_per_second: 5, burst: 5, per: {{label: {POOL_LABEL}, max_in_flight: 1}}"
+            ),
+        ),
+    );
+    remedy.wait_watching(&["Machine"]).await;
+    let requests = api(&client, &ns, KIND, PLURAL);
+    for m in down {
+        fleet.set_ready(m, "Unknown").await;
+    }
+    let start = Instant::now();
+    let mut deleted = Vec::new();
+    let mut most_escalated = 0;
+    while start.elapsed() < Duration::from_secs(90) && deleted.len() < down.len() {
+        let list = requests.list(&Default::default()).await.expect("requests");
+        // Escalated and its Machine not gone yet: a replacement under way
+        // (the request itself goes with the Machine, by garbage collection,
+        // a little later).
+        let mut escalated = Vec::new();
+        for r in &list.items {
+            if r.data["status"]["phase"] == "Escalated"
+                && fleet
+                    .machines
+                    .get_opt(&r.name_any())
+                    .await
+                    .expect("get")
+                    .is_some()
+            {
+                escalated.push(r.name_any());
+            }
+        }
+        if escalated.len() > 1 {
+            eprintln!("{:?}: escalated at once {escalated:?}", start.elapsed());
+        }
+        most_escalated = most_escalated.max(escalated.len());
+        for m in down {
+            if !deleted.iter().any(|(d, _)| *d == m) && fleet.deleted(m).await {
+                deleted.push((m, start.elapsed()));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        deleted.len(),
+        down.len(),
+        "replaced within 90 s: {deleted:?}\n{}",
+        remedy.log_tail()
+    );
+    assert_eq!(
+        most_escalated,
+        1,
+        "requests escalated at once: {most_escalated}\n{}",
+        remedy.log_tail()
+    );
+    assert!(!fleet.deleted("w-3").await, "w-3 (healthy) deleted");
+    eprintln!(
+        "budget.per max_in_flight 1 (pool label), 3 unhealthy Machines, retry 3 s: replaced one at a time {deleted:?}"
     );
 }

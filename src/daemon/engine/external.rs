@@ -43,6 +43,18 @@ impl Engine {
             .map(|(s, _)| Covered::Alert(s.alertname.clone()))
     }
 
+    /// `key`'s owner under `budget.per`, the owner's releases unanswered and
+    /// its `max_in_flight`; `None` without `budget.per` or for an object
+    /// remedy does not watch or whose owner it cannot name.
+    pub fn owner_of(&self, key: &ResourceKey) -> Option<(String, usize, u32)> {
+        let e = self.deps.store.get(key)?;
+        let st = self.state.locked();
+        let per = st.core.config().budget.per.as_ref()?;
+        let name = per.of(key, &e.view)?;
+        let in_flight = st.core.in_flight(&name);
+        Some((name, in_flight, per.max_in_flight))
+    }
+
     /// Budget tokens there are now (whole ones), and how long until the
     /// next if none.
     pub fn budget_now(&self) -> (usize, Duration) {
