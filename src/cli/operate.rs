@@ -319,6 +319,9 @@ pub fn render_explanation(x: &crate::daemon::engine::Explanation) -> String {
     if let Some(who) = &x.retried_by {
         let _ = writeln!(out, "  retried by: {who}");
     }
+    if let Some(r) = &x.external_remediation {
+        let _ = writeln!(out, "  external remediation: {r}");
+    }
     if let Some(at) = x.controller_retries_at {
         let _ = writeln!(
             out,

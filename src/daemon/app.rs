@@ -271,6 +271,7 @@ impl App {
         // Read once before anything can be written: a remedy started while
         // paused writes nothing.
         pause.refresh().await;
+        let remediation_client = client.clone();
         let executor = Arc::new(
             Executor::new(
                 client,
@@ -296,6 +297,27 @@ impl App {
             },
         );
         tasks.add("engine", engine.clone().run(cfg.tick, rx));
+        // Cluster API external remediation (daemon::remediation): on only
+        // with remedy.dev's CRDs installed.
+        if crate::daemon::remediation::installed(&remediation_client).await {
+            tracing::info!("external remediation on: RemedyRemediation requests are carried out");
+            tasks.add(
+                "external remediation",
+                crate::daemon::remediation::Remediator::new(
+                    remediation_client,
+                    engine.clone(),
+                    metrics.clone(),
+                    leadership.clone(),
+                    cfg.namespaces.clone(),
+                    cfg.dry_run,
+                )
+                .run(cfg.tick),
+            );
+        } else {
+            tracing::info!(
+                "external remediation off: the remedy.dev CRDs (RemedyRemediation) are not installed"
+            );
+        }
 
         let readiness = Arc::new(WatchReadiness {
             store,

@@ -16,6 +16,7 @@ pub mod fdlimit;
 pub mod leader;
 pub mod pause;
 pub mod preflight;
+pub mod remediation;
 pub mod server;
 pub mod slowdown;
 pub mod store;

@@ -9,6 +9,7 @@ pub mod breaker;
 pub mod breakers;
 pub mod bucket;
 pub mod episodes;
+pub mod external;
 pub mod facts;
 pub mod pace;
 pub mod recovery;
@@ -316,6 +317,18 @@ impl<K: Clone + Ord + Hash> Core<K> {
 
     pub fn tokens(&self, now: Duration) -> f64 {
         self.bucket.tokens(now)
+    }
+
+    /// Takes up to `want` tokens from the budget for steps decided outside
+    /// the tick (external remediation, `decide::external`): one budget for
+    /// releases, retries and replacements. Returns how many it took.
+    pub fn take_tokens(&mut self, now: Duration, want: usize) -> usize {
+        (0..want).take_while(|_| self.bucket.try_take(now)).count()
+    }
+
+    /// How long until the budget has a token again.
+    pub fn time_until_token(&self, now: Duration) -> Duration {
+        self.bucket.time_until_token(now)
     }
 
     /// Releases per second a domain is paced at; `None` when only the

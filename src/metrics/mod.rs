@@ -12,6 +12,7 @@ mod http;
 pub mod labels;
 mod process;
 mod record;
+mod remediation;
 mod series;
 mod signals;
 pub mod values;
@@ -25,6 +26,7 @@ pub use http::HttpMetrics;
 pub use labels::*;
 pub use process::ProcessMetrics;
 pub use record::RecordMetrics;
+pub use remediation::RemediationMetrics;
 pub use series::ResourceSeries;
 pub use signals::SignalMetrics;
 pub use watch::WatchMetrics;
@@ -94,6 +96,8 @@ pub struct Metrics {
     pub apiserver: ApiserverMetrics,
     pub http: HttpMetrics,
     pub process: ProcessMetrics,
+    /// Cluster API external remediation requests.
+    pub remediation: RemediationMetrics,
     /// Per-resource series, bounded by `max_resource_series`.
     pub series: ResourceSeries,
     /// Size of the last exposition, to allocate the next one at once.
@@ -112,6 +116,7 @@ impl Metrics {
         let apiserver = ApiserverMetrics::register(r);
         let http = HttpMetrics::register(r);
         let process = ProcessMetrics::register(r);
+        let remediation = RemediationMetrics::register(r);
         let series = ResourceSeries::register(r, max_resource_series);
         r.register(
             "remedy_build",
@@ -128,6 +133,7 @@ impl Metrics {
             apiserver,
             http,
             process,
+            remediation,
             series,
             last_encoded: AtomicUsize::new(0),
         }
@@ -145,6 +151,7 @@ impl Metrics {
         }
         self.http.preset(known.tls);
         self.process.preset(known.pause_switch);
+        self.remediation.preset();
     }
 
     /// OpenMetrics exposition.

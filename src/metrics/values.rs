@@ -125,6 +125,8 @@ pub const ACTIONS: &[&str] = &[
     "resume",
     "note",
     "retry",
+    // External remediation: OwnerRemediated=False set on a Machine.
+    "replace",
 ];
 /// The `alert` of `remedy_episodes_refused_total` for an alert name that is
 /// not configured (one read from the episode record): names from there are

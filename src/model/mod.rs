@@ -14,6 +14,7 @@ pub mod classify;
 pub mod domains;
 pub mod owner;
 pub mod profile;
+pub mod remediation;
 pub mod scope;
 pub mod view;
 pub mod why;

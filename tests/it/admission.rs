@@ -168,6 +168,42 @@ async fn the_admission_policy_limits_remedy_to_what_it_owns() {
             "not change status.deprecated.v1beta1.failureReason",
         ),
     ];
+    // External remediation's escalation: OwnerRemediated=False, reason
+    // RemedyEscalated, added to the Machine's conditions; any other
+    // condition change is denied.
+    let current = admin_m.get(&name).await.expect("machine");
+    let kept: Vec<Value> = current.data["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let with = |c: Value| {
+        let mut all = kept.clone();
+        all.push(c);
+        json!({"status": {"conditions": all}})
+    };
+    let owner_remediated = |reason: &str| {
+        json!({"type": "OwnerRemediated", "status": "False", "reason": reason,
+               "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    };
+    let (code, message) = merge(&sa_m, &name, true, with(owner_remediated("Other"))).await;
+    assert_eq!(code, 403, "OwnerRemediated with another reason: {message}");
+    let (code, message) = merge(
+        &sa_m,
+        &name,
+        true,
+        with(json!({"type": "Example", "status": "True", "reason": "R", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"})),
+    )
+    .await;
+    assert_eq!(code, 403, "another condition: {message}");
+    let (code, message) = merge(
+        &sa_m,
+        &name,
+        true,
+        with(owner_remediated("RemedyEscalated")),
+    )
+    .await;
+    assert_eq!(code, 200, "escalation: {message}");
+
     for (what, status, body, msg) in &denied {
         let (code, message) = merge(&sa_m, &name, *status, body.clone()).await;
         assert_eq!(code, 403, "{what}: {message}");

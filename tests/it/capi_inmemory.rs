@@ -74,7 +74,7 @@ fn missing() -> Option<String> {
 
 /// Skips (a `SKIPPED:` line) when CAPD is not built, or fails when
 /// `REMEDY_REQUIRE_CAPD` is set (`scripts/test` builds it).
-fn runnable() -> bool {
+pub(crate) fn runnable() -> bool {
     let Some(why) = missing() else { return true };
     assert!(
         std::env::var_os("REMEDY_REQUIRE_CAPD").is_none(),
@@ -188,8 +188,8 @@ fn dev_machine_spec() -> Value {
 /// apiserver), the worker Machines of the MachineSet `workers`, each on a
 /// DevMachine of its name, and, with `mhc`, a MachineHealthCheck on the
 /// workers: Ready=Unknown for [`RULE_SECS`].
-struct Fleet {
-    machines: Api<DynamicObject>,
+pub(crate) struct Fleet {
+    pub(crate) machines: Api<DynamicObject>,
     dev_machines: Api<DynamicObject>,
     /// The fake workload apiserver, through the kubeconfig Secret the real
     /// Cluster controller wrote.
@@ -199,17 +199,37 @@ struct Fleet {
     // Dropped in this order: the managers before their apiserver.
     _capd: Proc,
     _capi: Proc,
-    cluster: TestCluster,
+    pub(crate) cluster: TestCluster,
     _lock: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl Fleet {
-    async fn create(prefix: &str, workers: &[&str], mhc: bool) -> (Self, String) {
+    pub(crate) async fn create(prefix: &str, workers: &[&str], mhc: bool) -> (Self, String) {
+        Self::create_as(prefix, workers, mhc, None).await
+    }
+
+    /// As [`Fleet::create`], with the core manager acting as `user`
+    /// (impersonation) with only the rights of `rbac` (ClusterRoles and
+    /// their ClusterRoleBindings, created first) instead of the admin's.
+    pub(crate) async fn create_as(
+        prefix: &str,
+        workers: &[&str],
+        mhc: bool,
+        manager_as: Option<(&str, Vec<Value>)>,
+    ) -> (Self, String) {
         let guard = lock().lock_owned().await;
         let cluster = TestCluster::start_with_crds(CrdSet::Capd, &[]);
         let client = cluster.client().await;
         let ns = namespace(&client, prefix).await;
-        let capi = start_manager(&cluster, CAPI, &ns, &[]).await;
+        let mut extra = Vec::new();
+        if let Some((user, rbac)) = manager_as {
+            extra.push(format!(
+                "--kubeconfig={}",
+                impersonating(&client, &cluster, user, rbac).await.display()
+            ));
+        }
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let capi = start_manager(&cluster, CAPI, &ns, &extra).await;
         let capd = start_capd(&cluster, &ns).await;
         let started = Instant::now();
 
@@ -408,7 +428,7 @@ impl Fleet {
     }
 
     /// How long until `done` holds, `None` if not within `secs`.
-    async fn wait<F, Fut>(&self, secs: u64, mut done: F) -> Option<Duration>
+    pub(crate) async fn wait<F, Fut>(&self, secs: u64, mut done: F) -> Option<Duration>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
@@ -472,6 +492,47 @@ impl MhcFleet for Fleet {
     }
 }
 
+/// Creates `rbac` (ClusterRoles, ClusterRoleBindings) and writes a copy of
+/// the cluster's kubeconfig that acts as `user`; returns its path.
+async fn impersonating(
+    client: &Client,
+    cluster: &TestCluster,
+    user: &str,
+    rbac: Vec<Value>,
+) -> std::path::PathBuf {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    for obj in rbac {
+        let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+        let created = match kind.as_str() {
+            "ClusterRole" => Api::<ClusterRole>::all(client.clone())
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(obj).expect("role"),
+                )
+                .await
+                .map(|_| ()),
+            "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(client.clone())
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(obj).expect("binding"),
+                )
+                .await
+                .map(|_| ()),
+            other => panic!("not RBAC: {other}"),
+        };
+        created.unwrap_or_else(|e| panic!("create {kind}: {e}"));
+    }
+    let mut kc: Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&cluster.kubeconfig).expect("kubeconfig"))
+            .expect("kubeconfig yaml");
+    for u in kc["users"].as_array_mut().expect("users") {
+        u["user"]["as"] = json!(user);
+    }
+    let path = cluster.dir.join("kubeconfig-as");
+    std::fs::write(&path, serde_yaml_ng::to_string(&kc).expect("yaml")).expect("write");
+    path
+}
+
 /// The names of the workload cluster's Nodes.
 async fn node_names(nodes: &Api<Node>) -> Vec<String> {
     nodes
@@ -513,7 +574,7 @@ fn config(ns: &str, cooldown: &str) -> String {
 /// What a CAPI v1beta2 Machine shows after its provider's create got a 503
 /// (CAPD's in-memory backend has no failure to inject): transient for
 /// remedy. The MHC does not read these fields.
-fn failed_status() -> Value {
+pub(crate) fn failed_status() -> Value {
     json!({"deprecated": {"v1beta1": {
         "failureReason": "CreateError",
         "failureMessage": "Expected HTTP response code [202] when accessing [POST https://nova:8774/v2.1/servers], but got 503 instead",

@@ -5,6 +5,7 @@ mod admission;
 mod alert_loop;
 mod apiserver_429;
 mod brupop_real;
+mod capi_external;
 mod capi_inmemory;
 mod capi_mhc;
 mod capi_real;

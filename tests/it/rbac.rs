@@ -127,6 +127,48 @@ async fn the_service_account_can_do_what_remedy_does_and_nothing_more() {
         assert!(!can_i(&sa, "update", &p.group, &res, "status", Some(&ns), None).await);
     }
 
+    // External remediation (docs/guides/external-remediation.md): read the
+    // requests and templates, write the requests' status; the MHC creates
+    // and deletes them, never remedy.
+    for res in ["remedyremediations", "remedyremediationtemplates"] {
+        for verb in ["get", "list", "watch"] {
+            assert!(
+                can_i(&sa, verb, "remedy.dev", res, "", Some(&ns), None).await,
+                "{verb} {res}"
+            );
+        }
+        for verb in ["create", "delete", "update", "patch"] {
+            assert!(
+                !can_i(&sa, verb, "remedy.dev", res, "", Some(&ns), None).await,
+                "{verb} {res} must be denied"
+            );
+        }
+    }
+    assert!(
+        can_i(
+            &sa,
+            "patch",
+            "remedy.dev",
+            "remedyremediations",
+            "status",
+            Some(&ns),
+            None
+        )
+        .await
+    );
+    assert!(
+        !can_i(
+            &sa,
+            "update",
+            "remedy.dev",
+            "remedyremediations",
+            "status",
+            Some(&ns),
+            None
+        )
+        .await
+    );
+
     // Real writes as the ServiceAccount: hold and remediate a Machine, reset
     // a BottlerocketShadow (status subresource), Events included.
     // The shared cluster stores Machines as v1beta2: written and read in v1beta2.

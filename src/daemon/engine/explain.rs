@@ -71,6 +71,10 @@ pub struct Explanation {
     /// open or the pause switch is set (no pace to estimate from).
     pub eta_seconds: Option<f64>,
     pub paused: Option<Paused>,
+    /// A Machine's Cluster API external remediation request: its phase and
+    /// what it waits for (docs/guides/external-remediation.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_remediation: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -134,6 +138,7 @@ impl Engine {
             }
         }
         let release_place = st.release_order.get(&key).copied();
+        let external_remediation = st.external.get(&key).cloned();
         let owner = st.core.config().budget.per.as_ref().and_then(|per| {
             let name = per.of(&key, &e.view)?;
             Some(OwnerView {
@@ -209,6 +214,7 @@ impl Engine {
             release_rate_per_second: rate,
             eta_seconds,
             paused,
+            external_remediation,
         })
     }
 }

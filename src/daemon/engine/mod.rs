@@ -37,6 +37,7 @@ const WORKERS: usize = 4;
 
 mod alerts;
 mod explain;
+mod external;
 pub mod http;
 mod pending;
 mod record;
@@ -44,6 +45,7 @@ mod round;
 mod status;
 
 pub use explain::{Explanation, HoldView};
+pub use external::Covered;
 use pending::Pending;
 pub use record::RecordLink;
 pub use status::{STATUS_LIMIT, STATUS_MAX_LIMIT, StatusReport};
@@ -83,6 +85,9 @@ struct State {
     /// OpenStackMachine whenever the machine reconciles before the server
     /// is created again, so the machine must not go first.
     letting_go: HashSet<ResourceKey>,
+    /// Machines with an external remediation request: what remedy does
+    /// with it, as of the last round (`daemon::remediation`, `explain`).
+    external: HashMap<ResourceKey, String>,
 }
 
 /// What the engine works with, built before it (`App::build`).
@@ -166,6 +171,7 @@ impl Engine {
                 firing_proof_at: None,
                 release_order: HashMap::new(),
                 letting_go: HashSet::new(),
+                external: HashMap::new(),
                 notes: crate::decide::bucket::TokenBucket::new(
                     (cfg.budget.writes_per_second / 20.0).max(0.2),
                     NOTE_BURST,
