@@ -50,7 +50,7 @@
 //! held (95 s, past its 60 s poll); released after the return, every server
 //! is ACTIVE within 2 min of it.
 
-use crate::support::capo_env::{Capo, CapoApi, Env, INFRA, api, condition, serve_watching_capo};
+use crate::support::capo_env::{Capo, Env, INFRA, api, condition, serve_watching_capo};
 use crate::support::openstack::{
     FakeOpenstack, IMAGE_ID, Sample, Supervised, parse_metrics, start_capi_manager,
     start_capo_manager, sum, wait_for,
@@ -1501,7 +1501,7 @@ async fn a_wrong_project_is_an_outage_not_eight_deleted_servers() {
 /// then never reconciles itself again while Ready says so (`:358-364`).
 mod v015 {
     use super::*;
-    use crate::support::openstack::{start_capi_manager_v1_13, start_capo_manager_v0_15};
+    use crate::support::capo_env::Release;
 
     /// The fake, a private cluster with the v0.15 CRDs, both managers and
     /// one CAPO cluster. Fields drop in order, as in `Capo`.
@@ -1515,13 +1515,13 @@ mod v015 {
 
     impl Capo15 {
         async fn start(prefix: &str) -> Self {
-            let fake = FakeOpenstack::start(Duration::from_secs(2)).await;
-            let cluster = TestCluster::start_with_crds(CrdSet::CapoV0_15, &[]);
-            let client = cluster.client().await;
-            let ns = namespace(&client, prefix).await;
-            let capi = start_capi_manager_v1_13(&cluster, &ns).await;
-            let capo = start_capo_manager_v0_15(&cluster, &ns).await;
-            let env = Env::at(CapoApi::V1beta2, client, ns, &fake).await;
+            let Capo {
+                env,
+                capo,
+                capi,
+                fake,
+                cluster,
+            } = Capo::start_release(prefix, &["az1", "az2"], Release::V0_15).await;
             Self {
                 env,
                 capo,

@@ -5,7 +5,8 @@
 
 use super::openstack::{
     FLAVOR, FakeOpenstack, IMAGE_ID, NETWORK_ID, SUBNET_ID, Supervised, start_capi_manager,
-    start_capi_manager_v1_14, start_capo_manager_main, start_capo_manager_with, wait_for,
+    start_capi_manager_v1_13, start_capi_manager_v1_14, start_capo_manager_main,
+    start_capo_manager_v0_15, start_capo_manager_with, wait_for,
 };
 use super::{CrdSet, Remedy, TestCluster, namespace};
 use kube::Client;
@@ -246,6 +247,18 @@ pub fn condition<'a>(o: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
 /// The fake, a private cluster with CAPO's CRDs, both real managers and one
 /// CAPO cluster's objects. Fields drop in order: the managers go before the
 /// cluster they talk to.
+/// Which CAPO a [`Capo`] stack runs.
+#[derive(Clone, Copy, Debug)]
+pub enum Release<'a> {
+    /// v0.14.7 (`testenv/capo.sh`) with these extra manager flags, on
+    /// Cluster API v1.12.5.
+    V0_14(&'a [&'a str]),
+    /// v0.15.0-beta.0 (`testenv/capo-next.sh`) on Cluster API v1.13.4.
+    V0_15,
+    /// main e52de58 (`testenv/capo-next.sh main`) on Cluster API v1.14.2.
+    Main,
+}
+
 pub struct Capo {
     pub env: Env,
     pub capo: Supervised,
@@ -266,33 +279,43 @@ impl Capo {
 
     /// As [`Capo::start_in_zones`], with these extra CAPO manager flags.
     pub async fn start_with(prefix: &str, zones: &[&str], capo_flags: &[&str]) -> Self {
-        let fake = FakeOpenstack::start_with_zones(Duration::from_secs(2), zones).await;
-        let cluster = TestCluster::start_with_crds(CrdSet::Capo, &[]);
-        let client = cluster.client().await;
-        let ns = namespace(&client, prefix).await;
-        let capi = start_capi_manager(&cluster, &ns).await;
-        let capo = start_capo_manager_with(&cluster, &ns, capo_flags).await;
-        let env = Env::new(client, ns, &fake).await;
-        Self {
-            env,
-            capo,
-            capi,
-            fake,
-            cluster,
-        }
+        Self::start_release(prefix, zones, Release::V0_14(capo_flags)).await
     }
 
     /// As [`Capo::start_in_zones`] with CAPO main (e52de58, which retries
     /// an ERROR server) on the Cluster API v1.14.2 manager and the
     /// `capo-main` CRD set; its OpenStackMachines are v1beta2.
     pub async fn start_main(prefix: &str, zones: &[&str]) -> Self {
+        Self::start_release(prefix, zones, Release::Main).await
+    }
+
+    /// The stack of a CAPO `release`: its CRD set, the Cluster API manager
+    /// its go.mod wants, its own manager and its OpenStackMachine version.
+    pub async fn start_release(prefix: &str, zones: &[&str], release: Release<'_>) -> Self {
         let fake = FakeOpenstack::start_with_zones(Duration::from_secs(2), zones).await;
-        let cluster = TestCluster::start_with_crds(CrdSet::CapoMain, &[]);
+        let (crds, api) = match release {
+            Release::V0_14(_) => (CrdSet::Capo, CapoApi::V1beta1),
+            Release::V0_15 => (CrdSet::CapoV0_15, CapoApi::V1beta2),
+            Release::Main => (CrdSet::CapoMain, CapoApi::V1beta2),
+        };
+        let cluster = TestCluster::start_with_crds(crds, &[]);
         let client = cluster.client().await;
         let ns = namespace(&client, prefix).await;
-        let capi = start_capi_manager_v1_14(&cluster, &ns).await;
-        let capo = start_capo_manager_main(&cluster, &ns).await;
-        let env = Env::at(CapoApi::V1beta2, client, ns, &fake).await;
+        let (capi, capo) = match release {
+            Release::V0_14(flags) => (
+                start_capi_manager(&cluster, &ns).await,
+                start_capo_manager_with(&cluster, &ns, flags).await,
+            ),
+            Release::V0_15 => (
+                start_capi_manager_v1_13(&cluster, &ns).await,
+                start_capo_manager_v0_15(&cluster, &ns).await,
+            ),
+            Release::Main => (
+                start_capi_manager_v1_14(&cluster, &ns).await,
+                start_capo_manager_main(&cluster, &ns).await,
+            ),
+        };
+        let env = Env::at(api, client, ns, &fake).await;
         Self {
             env,
             capo,
