@@ -638,8 +638,21 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
         let max_in_flight = core.cfg.budget.per.as_ref().map(|p| p.max_in_flight);
         let mut owner_ids: HashMap<Arc<str>, usize> = HashMap::new();
         let mut owner_names: Vec<Arc<str>> = Vec::new();
+        // Domains whose probes said the cloud is back (with probes, a
+        // breaker cools only on their answers): what their held resources
+        // failed with was the domain's outage, so they go at the pace
+        // without waiting out the backoff their holds built up.
+        let back: BTreeSet<Arc<str>> = if core.cfg.breaker.release.probe_every.is_some() {
+            core.breakers
+                .states()
+                .filter(|(_, s)| matches!(s, BreakerState::Cooling { .. }))
+                .map(|(d, _)| d.clone())
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
         for Asking {
-            candidate: c,
+            candidate: mut c,
             action,
             domain,
             owner,
@@ -655,6 +668,9 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                     out.letting_go.push(c.key);
                 }
                 continue;
+            }
+            if action == Action::Release && back.contains(&domain) {
+                c.backoff_remaining = Duration::ZERO;
             }
             let id = owner.filter(|_| max_in_flight.is_some()).map(|o| {
                 *owner_ids.entry(o.clone()).or_insert_with(|| {
