@@ -139,8 +139,10 @@ async fn outage_alert_holds_then_budgeted_remediation_with_dashboard_data() {
              leader_election: {{enabled: true, lease_name: remedy-stack, namespace: {ns}, lease_duration: 4s}}\n\
              backoff: {{base: 1s, cap: 2s, jitter: 0, quiet_window: 1h}}\n\
              budget: {{refill_per_second: {REFILL}, burst: 1}}\n\
-             # Every hold must come from the alert, not the local breaker.\n\
-             breaker: {{open_ratio: 1.0, close_ratio: 1.0, min_resources: 100000}}\n\
+             # Every hold must come from the alert, not the local breaker. Its\n\
+             # window only averages remedy_outage_breaker_failing_ratio, which\n\
+             # RemedyTransientErrorRatioHigh reads: seconds here, as the outage.\n\
+             breaker: {{open_ratio: 1.0, close_ratio: 1.0, min_resources: 100000, window: 3s}}\n\
              webhook: {{token_file: {}}}\n\
              signals: {{prometheus_url: 'http://127.0.0.1:{prom_port}', alertmanager_url: 'http://127.0.0.1:{am_port}', timeout: 2s, settle: 2s}}\n\
              alerts: [{{alertname: {ALERT}, select: {{kind_label: kind}}}}]\n",
