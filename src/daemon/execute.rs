@@ -498,16 +498,7 @@ impl Executor {
         action: &str,
     ) {
         let reference = obj.object_ref(&watch::api_resource(profile));
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note.into()),
-            action: action.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &reference).await {
-            tracing::warn!(error = %e, reason, "could not publish Event");
-        }
+        publish_event(&self.recorder, &reference, type_, reason, note, action).await;
     }
 
     async fn event(&self, profile: &Profile, obj: &DynamicObject, goal: &Goal, step: Step) {
@@ -565,6 +556,28 @@ impl Executor {
                 "its controller gave up on a transient failure: remedy retries it (crash count and time in remedy.dev/crash-count and failure-time, why in remedy.dev/why)",
             ),
         }
+    }
+}
+
+/// Publishes one Event on `reference`; a failure is logged, never returned:
+/// an Event reports an action and must not fail or repeat it.
+pub(crate) async fn publish_event(
+    recorder: &Recorder,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+    action: &str,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.into()),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, reference).await {
+        tracing::warn!(error = %e, reason, "could not publish Event");
     }
 }
 

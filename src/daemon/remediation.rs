@@ -30,7 +30,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -720,16 +720,15 @@ impl Remediator {
         action: &str,
     ) {
         let reference = obj.object_ref(ar);
-        let ev = Event {
+        crate::daemon::execute::publish_event(
+            &self.recorder,
+            &reference,
             type_,
-            reason: reason.into(),
-            note: Some(note.into()),
-            action: action.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &reference).await {
-            tracing::warn!(error = %e, reason, "could not publish Event");
-        }
+            reason,
+            note,
+            action,
+        )
+        .await;
     }
 }
 
