@@ -156,13 +156,9 @@ impl Executor {
         leader: Leadership,
         dry_run: bool,
     ) -> Self {
-        let reporter = Reporter {
-            controller: "remedy".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
         Self {
             own: None,
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: recorder(&client),
             client,
             metrics,
             limiter,
@@ -557,6 +553,16 @@ impl Executor {
             ),
         }
     }
+}
+
+/// The Event recorder of remedy's writers: reporting controller `remedy`,
+/// instance the pod's name.
+pub(crate) fn recorder(client: &Client) -> Recorder {
+    let reporter = Reporter {
+        controller: "remedy".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    Recorder::new(client.clone(), reporter)
 }
 
 /// Publishes one Event on `reference`; a failure is logged, never returned:

@@ -30,7 +30,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -158,12 +158,8 @@ impl Remediator {
         namespaces: Vec<String>,
         dry_run: bool,
     ) -> Self {
-        let reporter = Reporter {
-            controller: "remedy".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: crate::daemon::execute::recorder(&client),
             client,
             engine,
             metrics,
