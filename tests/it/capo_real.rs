@@ -2021,6 +2021,27 @@ mod main {
             }
         }
 
+        /// e0 in Nova ERROR with an instanceID (CAPO main polls it every
+        /// 60 s), then every Nova server call in az3 answers 503: the zone
+        /// outage both az3 tests start from. Returns e0's instanceID.
+        async fn e0_in_error_then_az3_down(&self) -> String {
+            self.fake
+                .set_faults(json!({"server_error": 1.0, "server_error_zone": "az3", "rules": []}))
+                .await;
+            self.env.machine("e0", "az3").await;
+            let e0 = self.env.server_in_error(&self.procs(), "e0").await;
+            let e0_id = e0.data["status"]["instanceID"]
+                .as_str()
+                .expect("e0 ERROR in Nova, with an instanceID")
+                .to_string();
+            self.fake
+                .set_faults(json!({"rules": [{
+                    "service": "compute", "resource": "servers", "zone": "az3", "status": 503,
+                }]}))
+                .await;
+            e0_id
+        }
+
         fn procs(&self) -> [&Supervised; 3] {
             [&self.fake.proc, &self.capi, &self.capo]
         }
@@ -2369,18 +2390,7 @@ mod main {
             .await;
         let (env, fake, procs) = (&s.env, &s.fake, s.procs());
         let start = Instant::now();
-        fake.set_faults(json!({"server_error": 1.0, "server_error_zone": "az3", "rules": []}))
-            .await;
-        env.machine("e0", "az3").await;
-        let e0 = env.server_in_error(&procs, "e0").await;
-        let e0_id = e0.data["status"]["instanceID"]
-            .as_str()
-            .expect("e0 ERROR in Nova, with an instanceID")
-            .to_string();
-        fake.set_faults(json!({"rules": [{
-            "service": "compute", "resource": "servers", "zone": "az3", "status": 503,
-        }]}))
-        .await;
+        let e0_id = s.e0_in_error_then_az3_down().await;
         let outage_at = start.elapsed();
         let at_outage = fake.metrics().await;
         let e0_at_outage = fake.server_calls(&e0_id);
@@ -2540,18 +2550,7 @@ mod main {
         let s = CapoMain::start("capo-main-alone", &["az1", "az3"]).await;
         let (env, fake, procs) = (&s.env, &s.fake, s.procs());
         let start = Instant::now();
-        fake.set_faults(json!({"server_error": 1.0, "server_error_zone": "az3", "rules": []}))
-            .await;
-        env.machine("e0", "az3").await;
-        let e0 = env.server_in_error(&procs, "e0").await;
-        let e0_id = e0.data["status"]["instanceID"]
-            .as_str()
-            .expect("instanceID")
-            .to_string();
-        fake.set_faults(json!({"rules": [{
-            "service": "compute", "resource": "servers", "zone": "az3", "status": 503,
-        }]}))
-        .await;
+        let e0_id = s.e0_in_error_then_az3_down().await;
         let names = names("m", 5);
         for n in &names {
             env.machine(n, "az3").await;
