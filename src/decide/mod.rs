@@ -16,6 +16,7 @@ pub mod recovery;
 pub mod release;
 pub mod resets;
 pub mod retry;
+pub mod zone_retry;
 
 use crate::config::{BreakerConfig, BreakerHold, BudgetConfig};
 use crate::decide::breaker::Sample;
@@ -28,6 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
+use zone_retry::{Gate, ZoneRetries};
 
 pub use crate::decide::breaker::BreakerState;
 
@@ -214,6 +216,9 @@ impl<K> Default for Decisions<K> {
 pub struct CoreConfig {
     pub breaker: BreakerConfig,
     pub budget: BudgetConfig,
+    /// While retries of stuck resources fail in a domain, one of them is
+    /// tried per this interval (`backoff.base`; [`zone_retry`]).
+    pub retry_every: Duration,
 }
 
 impl CoreConfig {
@@ -223,6 +228,7 @@ impl CoreConfig {
         Self {
             breaker: c.breaker.clone(),
             budget: c.budget.clone(),
+            retry_every: c.backoff.base,
         }
     }
 
@@ -240,6 +246,9 @@ struct Flight {
     /// Held only with its domain (`Pause::Domain`): healthy when held, its
     /// healthy answer is none to the pace.
     with_domain: bool,
+    /// A retry of a stuck resource: its answer is its domain's
+    /// ([`zone_retry`]).
+    retry: bool,
 }
 
 pub struct Core<K> {
@@ -253,6 +262,8 @@ pub struct Core<K> {
     resumed: bool,
     /// Outcomes seen: (ok, failed), for reports.
     outcomes: (u64, u64),
+    /// Retries of stuck resources, paced per domain once one fails.
+    zone_retries: ZoneRetries,
 }
 
 /// One tick being fed: [`Core::begin`], facts, then [`Tick::finish`].
@@ -293,6 +304,7 @@ impl<K: Clone + Ord + Hash> Core<K> {
             flights: HashMap::new(),
             resumed: false,
             outcomes: (0, 0),
+            zone_retries: ZoneRetries::new(cfg.retry_every),
             cfg,
         }
     }
@@ -346,6 +358,12 @@ impl<K: Clone + Ord + Hash> Core<K> {
             Some(r) => r.min(budget),
             None => budget,
         }
+    }
+
+    /// When `domain` tries its next stuck resource while its retries fail
+    /// ([`zone_retry`]); `None` when each goes by its own backoff.
+    pub fn zone_retry_at(&self, domain: &str) -> Option<Duration> {
+        self.zone_retries.next_try(domain)
     }
 
     /// Releases of `owner` (`budget.per`) whose answer is not in yet.
@@ -453,6 +471,10 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             // does say something.
             if !(flight.with_domain && answer == Answer::Ok) {
                 core.pace_mut(&flight.domain).outcome(answer);
+            }
+            if flight.retry {
+                core.zone_retries
+                    .answered(&flight.domain, answer == Answer::Ok, self.now);
             }
             if answer == Answer::Ok {
                 core.outcomes.0 += 1;
@@ -651,6 +673,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
         } else {
             BTreeSet::new()
         };
+        let (candidates, zone_waiting) = zone_gate(core, now, candidates);
         for Asking {
             candidate: mut c,
             action,
@@ -713,6 +736,10 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             if let Some((action, domain, owner, with_domain)) = actions.remove(&key) {
                 *spent.entry(domain.clone()).or_insert(0) += 1;
                 let owner = owner.and_then(|i| owner_names.get(i).cloned());
+                let retry = action == Action::Retry;
+                if retry {
+                    core.zone_retries.tried(&domain, now);
+                }
                 core.flights.insert(
                     key.clone(),
                     Flight {
@@ -720,6 +747,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                         owner,
                         at: now,
                         with_domain,
+                        retry,
                     },
                 );
                 out.actions.push((key, action));
@@ -729,10 +757,66 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             core.pace_mut(&d).spend(n);
         }
         out.waiting = plan.waiting;
+        out.waiting.extend(zone_waiting);
         out.waiting
             .extend(domain_held.into_iter().map(|k| (k, WaitReason::Breaker)));
         out
     }
+}
+
+/// Retries of stuck resources, paced per domain once one fails there
+/// ([`zone_retry`]): a failing domain tries its lowest crash count once per
+/// `retry_every` whatever their backoffs, an answering one lets a doubling
+/// number go without their backoff; the rest wait (`backoff`: the
+/// domain's). Other candidates pass unchanged.
+fn zone_gate<K: Clone + Ord + Hash>(
+    core: &mut Core<K>,
+    now: Duration,
+    candidates: Vec<Asking<K>>,
+) -> (Vec<Asking<K>>, Vec<(K, WaitReason)>) {
+    let mut by_domain: BTreeMap<Arc<str>, Vec<usize>> = BTreeMap::new();
+    for (i, a) in candidates.iter().enumerate() {
+        if a.action == Action::Retry {
+            by_domain.entry(a.domain.clone()).or_default().push(i);
+        }
+    }
+    if by_domain.is_empty() {
+        return (candidates, Vec::new());
+    }
+    let mut in_flight: HashMap<&str, usize> = HashMap::new();
+    for f in core.flights.values().filter(|f| f.retry) {
+        *in_flight.entry(f.domain.as_ref()).or_insert(0) += 1;
+    }
+    let mut go: HashMap<usize, bool> = HashMap::new();
+    for (domain, mut idx) in by_domain {
+        let flying = in_flight.get(domain.as_ref()).copied().unwrap_or(0);
+        let room = match core.zone_retries.gate(&domain, now, flying) {
+            Gate::Own => continue,
+            Gate::One => 1,
+            Gate::Wait(_) => 0,
+            Gate::Answering(room) => room,
+        };
+        idx.sort_by(|&a, &b| {
+            let (a, b) = (&candidates[a].candidate, &candidates[b].candidate);
+            (a.crash_count, &a.key).cmp(&(b.crash_count, &b.key))
+        });
+        for (n, i) in idx.into_iter().enumerate() {
+            go.insert(i, n < room);
+        }
+    }
+    let mut kept = Vec::with_capacity(candidates.len());
+    let mut waiting = Vec::new();
+    for (i, mut a) in candidates.into_iter().enumerate() {
+        match go.get(&i) {
+            None => kept.push(a),
+            Some(true) => {
+                a.candidate.backoff_remaining = Duration::ZERO;
+                kept.push(a);
+            }
+            Some(false) => waiting.push((a.candidate.key, WaitReason::Backoff)),
+        }
+    }
+    (kept, waiting)
 }
 
 #[cfg(test)]

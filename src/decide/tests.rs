@@ -24,6 +24,7 @@ fn cfg(probe: bool) -> CoreConfig {
             burst: 50,
             ..BudgetConfig::default()
         },
+        retry_every: Duration::from_secs(60),
     }
 }
 
@@ -783,6 +784,88 @@ fn a_stuck_resource_is_retried_after_its_backoff_only_outside_an_outage() {
     let second = core.tick(Duration::from_secs(2), LEAD, outage);
     assert_eq!(second.holds.len(), 4, "{second:?}");
     assert!(second.actions.is_empty(), "{:?}", second.actions);
+}
+
+/// #39, the bench's partial outage at the core: 6 servers of a zone its
+/// controller gave up on, among 20 healthy, while the zone fails every
+/// retry for 10 minutes; their own backoffs (1 min · 2^crash count) grow
+/// to 8-16 min, past the cloud's return. Once a retry there has failed,
+/// the zone tries one of them per `retry_every` (60 s) whatever their
+/// backoffs, lowest crash count first; the first success after the return
+/// lets the others go (2, then 4 in flight), so all 6 are retried and
+/// healthy within 2 minutes of it. By each resource's backoff alone the
+/// zone made 3 attempts in its first minute, and after the return those
+/// that had failed most waited out 8-16 minutes.
+#[test]
+fn retries_in_a_failing_zone_go_one_per_interval_and_all_once_one_succeeds() {
+    // min_resources as shipped: a retry's failed answer is also a failed
+    // release to the breaker, and 5 in a window would open it (`Releases`).
+    let mut c = cfg(false);
+    c.breaker.min_resources = 5;
+    let mut core: Core<u32> = Core::new(c);
+    let d = core.domain("az2");
+    let back_at = 600u64;
+    // key -> (crash count, last failure, healthy, in quiet until)
+    let mut s: BTreeMap<u32, (u32, u64, bool, u64)> =
+        (1..=6).map(|k| (k, (k % 3, 0, false, 0))).collect();
+    let mut tries: Vec<(u64, u32)> = Vec::new();
+    for t in 1..=(back_at + 300) {
+        let mut facts: Vec<(u32, Fact)> = (100..120)
+            .map(|i| (i, fact(&d, Pause::No, false, 0)))
+            .collect();
+        for (&k, &(crash, failed_at, healthy, quiet_until)) in &s {
+            let own = 60u64 << crash.min(10);
+            facts.push((
+                k,
+                Fact {
+                    stuck: !healthy && t >= quiet_until,
+                    backoff_remaining: Duration::from_secs((failed_at + own).saturating_sub(t)),
+                    ..fact(&d, Pause::No, !healthy, crash)
+                },
+            ));
+        }
+        let out = core.tick(Duration::from_secs(t), LEAD, facts);
+        assert!(out.changed.is_empty(), "the breaker stays closed: {out:?}");
+        for (k, a) in out.actions {
+            assert_eq!(a, Action::Retry);
+            tries.push((t, k));
+            let e = s.get_mut(&k).expect("one of the six");
+            e.0 += 1;
+            if t >= back_at {
+                e.2 = true;
+            } else {
+                (e.1, e.3) = (t, t + 90);
+            }
+        }
+    }
+    let during: Vec<u64> = tries
+        .iter()
+        .filter(|(t, _)| *t < back_at)
+        .map(|(t, _)| *t)
+        .collect();
+    // The first round goes by the resources' own backoffs (no retry has
+    // failed yet); from the first failed answer on, one per 60 s.
+    let paced: Vec<&u64> = during.iter().filter(|t| **t > during[0] + 1).collect();
+    for w in paced.windows(2) {
+        assert!(*w[1] - *w[0] >= 60, "one per interval: {during:?}");
+    }
+    assert!(
+        during.len() <= 12,
+        "{} tries in the outage: {during:?}",
+        during.len()
+    );
+    let last_healed = tries
+        .iter()
+        .filter(|(t, _)| *t >= back_at)
+        .map(|(t, _)| *t)
+        .max()
+        .expect("retries after the return");
+    assert!(s.values().all(|e| e.2), "all healthy: {s:?}");
+    assert!(
+        last_healed <= back_at + 90,
+        "all retried {} s after the return: {tries:?}",
+        last_healed - back_at
+    );
 }
 
 /// #39: with the shipped config (deploy/base/config.yaml: a breaker per

@@ -165,7 +165,7 @@ pub fn retried(
         None => "if it fails again, remedy retries it after its backoff".to_string(),
     };
     format!(
-        "retried by remedy at {} (attempt {attempt}): its controller gave up on a transient failure and wrote nothing for {}; {next}, unless an outage holds it. `remedy explain` says more.",
+        "retried by remedy at {} (attempt {attempt}): its controller gave up on a transient failure and wrote nothing for {}; {next}, or in its failure domain's turn while retries there fail, unless an outage holds it. `remedy explain` says more.",
         at.to_rfc3339_opts(SecondsFormat::Secs, true),
         humantime::format_duration(quiet)
     )

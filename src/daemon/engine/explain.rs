@@ -126,6 +126,15 @@ impl Engine {
         let domain = st.core.breakers().slot_for(&key, &e.view).to_string();
         let breaker_open = st.core.breakers().is_open(&domain);
         let rate = st.core.release_rate(&domain);
+        // Its domain's turn while retries there fail (`decide::zone_retry`),
+        // on the wall clock.
+        let zone_turn = st.core.zone_retry_at(&domain).map(|at| {
+            let wait = at.saturating_sub(self.now());
+            chrono::Duration::from_std(wait)
+                .ok()
+                .and_then(|d| wall.checked_add_signed(d))
+                .unwrap_or(wall)
+        });
         let (mut firing_alerts, mut remediating_alerts) = (Vec::new(), Vec::new());
         for (scope, ep) in st.episodes.map() {
             if !scope.matches(&key, &e.view) {
@@ -189,6 +198,7 @@ impl Engine {
             wall,
             backoff_until,
             controller_retries_at,
+            zone_turn,
         });
         Some(Explanation {
             resource: format!("{namespace}/{kind}/{name}"),
@@ -228,6 +238,8 @@ struct RetryFacts<'a> {
     wall: DateTime<Utc>,
     backoff_until: Option<DateTime<Utc>>,
     controller_retries_at: Option<DateTime<Utc>>,
+    /// Its domain's next retry while retries there fail.
+    zone_turn: Option<DateTime<Utc>>,
 }
 
 /// Who retries a failing resource that remedy does not hold, and when.
@@ -271,6 +283,12 @@ fn retried_by(f: &RetryFacts<'_>) -> Option<String> {
         .ok()
         .and_then(|d| f.wall.checked_add_signed(d))
         .unwrap_or(f.wall);
+    if let Some(turn) = f.zone_turn {
+        return Some(format!(
+            "remedy, in its failure domain's turn: retries there fail, so one of its stuck resources is tried at a time (lowest crash count first), the next at {}, whatever their backoffs; once one succeeds the rest go",
+            at(turn.max(quiet_at))
+        ));
+    }
     let when = f.backoff_until.map_or(quiet_at, |b| b.max(quiet_at));
     Some(format!(
         "remedy, at {} at the earliest: its controller gave up on it (nothing written for {} by then), then in its turn of the budget",

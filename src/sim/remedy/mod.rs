@@ -71,6 +71,7 @@ impl RemedyParams {
                     },
                     hold: Default::default(),
                 },
+                retry_every: Duration::from_secs(1),
             },
             backoff: BackoffPolicy {
                 base: Duration::from_secs(1),
