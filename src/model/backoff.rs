@@ -15,6 +15,9 @@ use std::time::Duration;
 #[serde(deny_unknown_fields, default)]
 pub struct BackoffPolicy {
     /// The delay after the first failure; doubled by each one after it.
+    /// Also the pace of retries (`remediation.retry`) in a failure domain
+    /// whose retries fail: one per `base` there, whatever each resource's
+    /// backoff (docs/concepts/how-it-decides.md, "Retry").
     #[serde(with = "humantime_serde")]
     #[schemars(with = "crate::model::DurationSchema")]
     pub base: Duration,
