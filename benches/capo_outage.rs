@@ -369,9 +369,19 @@ fn shipped_config(ns: &str, main: bool, controller_retries: bool) -> String {
         "openstack-server".into()
     };
     let yaml = |v: &str| serde_yaml_ng::from_str::<serde_yaml_ng::Value>(v).expect("yaml");
+    // Cluster API v1.12 and v1.14 store Machines and Clusters at v1beta2,
+    // and this stack has no CAPI conversion webhook (the CRDs come from
+    // config/crd/bases): a write through v1beta1 would be pruned to
+    // v1beta1's schema and lose spec.infrastructureRef.apiGroup, and the
+    // Machine controller then fails "openstackmachines. not found" for
+    // good (the first full-zone run: every held Machine). A real cluster
+    // converts through CAPI's webhook; docs/guides/capi.md has v1beta2 for
+    // that layout, as here.
     cfg.insert(
         "profiles".into(),
-        yaml(&format!("[capi-machine, capi-cluster, {osm}, {server}]")),
+        yaml(&format!(
+            "[{{builtin: capi-machine, version: v1beta2}}, {{builtin: capi-cluster, version: v1beta2}}, {osm}, {server}]"
+        )),
     );
     cfg.insert(
         "namespaces".into(),
