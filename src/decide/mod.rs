@@ -119,6 +119,9 @@ pub struct Fact {
     pub busy: bool,
     /// Its profile says how to hold it.
     pub holdable: bool,
+    /// Its release calls no cloud API (`hold.no_probe`): never a probe
+    /// while its breaker is open, and no reason to wait for probes.
+    pub no_probe: bool,
     pub crash_count: u32,
     pub backoff_remaining: Duration,
     /// The first firing alert whose scope selects it (`max_resources` kept).
@@ -293,6 +296,8 @@ struct Asking<K> {
     followed_held: bool,
     /// Held only with its domain (`Pause::Domain`).
     with_domain: bool,
+    /// Its release calls no cloud API (`hold.no_probe`).
+    no_probe: bool,
 }
 
 impl<K: Clone + Ord + Hash> Core<K> {
@@ -452,7 +457,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
         if matches!(f.pause, Pause::Breaker | Pause::Domain) {
             *self.breaker_holds.entry(f.domain.clone()).or_insert(0) += 1;
         }
-        if f.pause == Pause::Breaker && !self.failed_held.contains(&f.domain) {
+        if f.pause == Pause::Breaker && !f.no_probe && !self.failed_held.contains(&f.domain) {
             self.failed_held.insert(f.domain.clone());
         }
         // A release's answer: the object's first fresh state after it.
@@ -569,6 +574,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 owner: f.owner,
                 followed_held: f.followed_held,
                 with_domain: f.pause == Pause::Domain,
+                no_probe: f.no_probe,
             });
         }
     }
@@ -673,7 +679,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
         } else {
             BTreeSet::new()
         };
-        let (candidates, zone_waiting) = zone_gate(core, now, candidates);
+        let (candidates, mut zone_waiting) = zone_gate(core, now, candidates);
         for Asking {
             candidate: mut c,
             action,
@@ -681,8 +687,14 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             owner,
             followed_held,
             with_domain,
+            no_probe,
         } in candidates
         {
+            // Its answer says nothing of the cloud: not a probe.
+            if action == Action::Release && no_probe && core.breakers.is_open(&domain) {
+                zone_waiting.push((c.key, WaitReason::Breaker));
+                continue;
+            }
             // Due now but for what follows it: let go, without spending
             // the budget its followers' releases need.
             if followed_held {

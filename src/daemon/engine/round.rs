@@ -263,6 +263,9 @@ impl Engine {
                     busy,
                     // Not one its owner is replacing: a pause would not stop that.
                     holdable: profile.is_some_and(|p| p.hold.is_some()) && !e.view.replaced,
+                    no_probe: profile
+                        .and_then(|p| p.hold.as_ref())
+                        .is_some_and(|h| h.no_probe),
                     crash_count: crashes,
                     backoff_remaining,
                     firing: alert,

@@ -116,6 +116,7 @@ pub fn builtins() -> Vec<Profile> {
         // The MachineSet deletes such a Machine whatever its pause
         // (`collections.IsUnhealthyAndOwnerRemediated`; tests/it/capi_mhc.rs).
         h.not_while = paths(&["OwnerRemediated"]);
+        h.no_probe = true;
     }
     // A Machine's or Cluster's failure is its infrastructure's, copied:
     // retried where it is made (the provider's object), never here.
@@ -128,6 +129,9 @@ pub fn builtins() -> Vec<Profile> {
         &["/status/phase"],
     );
     cluster.remediation.retry = None;
+    if let Some(h) = cluster.hold.as_mut() {
+        h.no_probe = true;
+    }
     let mut openstack = capi_profile(
         "openstack-machine",
         INFRA,

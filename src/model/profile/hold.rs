@@ -49,6 +49,15 @@ pub struct HoldSpec {
     /// looking at its pause.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_while: Vec<String>,
+    /// Its release makes its controller call no cloud API (CAPI's Machine
+    /// and Cluster controllers leave that to the infrastructure provider's
+    /// objects): its next state says nothing of the cloud. While its
+    /// domain's breaker is open it is never sent out as a probe (a held
+    /// Machine would fail again on its held server's status, forever), and
+    /// it does not keep the domain waiting for probes: it goes once the
+    /// breaker closes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_probe: bool,
 }
 
 /// After a hold on an object X is removed, remedy writes

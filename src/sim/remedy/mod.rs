@@ -262,6 +262,8 @@ pub fn fact(backoff: &BackoffPolicy, domain: Arc<str>, f: &SimFact, now: Ms) -> 
         // Released at once: a released resource is not held at the next tick.
         busy: false,
         holdable: true,
+        // Simulated resources call the cloud themselves.
+        no_probe: false,
         crash_count: retry.crash_count,
         backoff_remaining: retry.remaining,
         firing: None,
