@@ -1026,6 +1026,8 @@ fn a_held_machine_is_never_a_probe_and_goes_once_its_servers_answers_close_the_b
     let mut healthy: BTreeSet<u32> = BTreeSet::new();
     let (servers, machines) = ([1u32, 2, 3, 4], [11u32, 12, 13, 14]);
     let mut probes_while_open = 0;
+    let mut machines_out = Vec::new();
+    let mut servers_back = None;
     for t in 1..=240u64 {
         let mut facts: Vec<(u32, Fact)> = (100..110)
             .map(|i| (i, fact(&d, Pause::No, false, 0)))
@@ -1045,8 +1047,13 @@ fn a_held_machine_is_never_a_probe_and_goes_once_its_servers_answers_close_the_b
                 },
             ));
         }
+        let servers_held = servers.iter().any(|k| held.contains(k));
         let out = core.tick(Duration::from_secs(t), LEAD, facts);
         let open = core.breakers().is_open(&d);
+        let open_proper = core
+            .breakers()
+            .states()
+            .any(|(z, s)| *z == d && matches!(s, BreakerState::Open { .. }));
         for h in &out.holds {
             held.insert(h.key);
         }
@@ -1054,13 +1061,21 @@ fn a_held_machine_is_never_a_probe_and_goes_once_its_servers_answers_close_the_b
             assert_eq!(*a, Action::Release);
             held.remove(k);
             if *k > 10 {
-                assert!(!open, "machine {k} released as a probe at {t} s");
+                assert!(!open_proper, "machine {k} released as a probe at {t} s");
+                assert!(
+                    !servers_held,
+                    "machine {k} released before the servers at {t} s"
+                );
+                machines_out.push(t);
             } else {
                 probes_while_open += usize::from(open);
                 if t >= back_at {
                     healthy.insert(*k);
                 }
             }
+        }
+        if servers_back.is_none() && servers.iter().all(|k| healthy.contains(k)) {
+            servers_back = Some(t);
         }
         // A Machine is healthy once it runs and its server is.
         for m in machines {
@@ -1070,6 +1085,13 @@ fn a_held_machine_is_never_a_probe_and_goes_once_its_servers_answers_close_the_b
         }
     }
     assert!(probes_while_open > 0, "servers were probed");
+    // The Machines go once their servers are back, not after the cooldown
+    // (20 s here; 10 min as shipped).
+    let back = servers_back.expect("servers back");
+    assert!(
+        machines_out.iter().all(|t| *t <= back + 5),
+        "servers back at {back} s, Machines released at {machines_out:?}"
+    );
     assert!(held.is_empty(), "still held: {held:?}");
     assert_eq!(healthy.len(), 8, "{healthy:?}");
 }

@@ -55,7 +55,8 @@ pub struct HoldSpec {
     /// domain's breaker is open it is never sent out as a probe (a held
     /// Machine would fail again on its held server's status, forever), and
     /// it does not keep the domain waiting for probes: it goes once the
-    /// breaker closes.
+    /// probes have the breaker cooling and nothing that calls the cloud is
+    /// held in its domain any more (its server first).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_probe: bool,
 }
