@@ -2255,7 +2255,9 @@ mod main {
     /// per-item delay, so its next create after the cloud's return comes
     /// later than it would have without remedy: with the cloud back 5 s
     /// after the retry, the server was created at remedy's second retry,
-    /// 125 s after the return (`CAPO_MAIN_HEAL=1` measures it; 2 min more).
+    /// 125 s after the return (`CAPO_MAIN_HEAL=1` measures it; 2 min more;
+    /// measured before retries were paced per zone, c5ad7cb: once a retry
+    /// has failed, the next comes one `backoff.base` later).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn past_the_retry_quiet_the_shipped_default_adds_a_create_and_the_override_none() {
         let s = CapoMain::start("capo-main-quiet", &["az1", "az3"]).await;
