@@ -76,6 +76,13 @@ impl Breakers {
         self.map.get(domain).is_some_and(OutageBreaker::is_open)
     }
 
+    /// Open proper: not cooling (where [`Self::is_open`] is still true).
+    pub fn is_open_proper(&self, domain: &str) -> bool {
+        self.map
+            .get(domain)
+            .is_some_and(|b| matches!(b.state(), BreakerState::Open { .. }))
+    }
+
     pub fn any_open(&self) -> bool {
         self.map.values().any(OutageBreaker::is_open)
     }

@@ -620,14 +620,13 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
         // none at all), only its probes' answers say the cloud is back.
         // Without probing, or with nothing failed left to probe, calm is all
         // there is to go by.
-        // Domains where resources whose release calls the cloud are still
-        // held: those that call none (`hold.no_probe`) go after them.
-        let probe_held = failed_held.clone();
+        // `failed_held` stays for the releases below: resources that call no
+        // cloud (`hold.no_probe`) go after those in it.
         let breaker = &core.cfg.breaker;
         if breaker.release.probe_every.is_some() {
-            for d in failed_held {
-                let probed = core.paces.get(&d).is_some_and(Pace::probed);
-                let s = samples.entry(d).or_default();
+            for d in &failed_held {
+                let probed = core.paces.get(d).is_some_and(Pace::probed);
+                let s = samples.entry(d.clone()).or_default();
                 s.held_whole = true;
                 s.probed = probed;
             }
@@ -696,13 +695,9 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             // Its answer says nothing of the cloud: not a probe while the
             // breaker is open, and released after the resources it waits
             // on (a Machine's server), or it fails again on their status.
-            let breaker_open = core
-                .breakers
-                .states()
-                .any(|(d, s)| *d == domain && matches!(s, BreakerState::Open { .. }));
             if action == Action::Release
                 && no_probe
-                && (breaker_open || probe_held.contains(&domain))
+                && (core.breakers.is_open_proper(&domain) || failed_held.contains(&domain))
             {
                 zone_waiting.push((c.key, WaitReason::Breaker));
                 continue;

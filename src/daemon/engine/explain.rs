@@ -128,13 +128,10 @@ impl Engine {
         let rate = st.core.release_rate(&domain);
         // Its domain's turn while retries there fail (`decide::zone_retry`),
         // on the wall clock.
-        let zone_turn = st.core.zone_retry_at(&domain).map(|at| {
-            let wait = at.saturating_sub(self.now());
-            chrono::Duration::from_std(wait)
-                .ok()
-                .and_then(|d| wall.checked_add_signed(d))
-                .unwrap_or(wall)
-        });
+        let zone_turn = st
+            .core
+            .zone_retry_at(&domain)
+            .map(|at| wall_after(wall, at.saturating_sub(self.now())));
         let (mut firing_alerts, mut remediating_alerts) = (Vec::new(), Vec::new());
         for (scope, ep) in st.episodes.map() {
             if !scope.matches(&key, &e.view) {
@@ -242,6 +239,14 @@ struct RetryFacts<'a> {
     zone_turn: Option<DateTime<Utc>>,
 }
 
+/// `wall` plus `d`, or `wall` where that does not fit.
+fn wall_after(wall: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| wall.checked_add_signed(d))
+        .unwrap_or(wall)
+}
+
 /// Who retries a failing resource that remedy does not hold, and when.
 fn retried_by(f: &RetryFacts<'_>) -> Option<String> {
     let e = f.entry;
@@ -279,10 +284,7 @@ fn retried_by(f: &RetryFacts<'_>) -> Option<String> {
     if f.firing {
         return Some("the alert firing for it: held, and remediated once it resolves".into());
     }
-    let quiet_at = chrono::Duration::from_std(retry.quiet.saturating_sub(e.written_at.elapsed()))
-        .ok()
-        .and_then(|d| f.wall.checked_add_signed(d))
-        .unwrap_or(f.wall);
+    let quiet_at = wall_after(f.wall, retry.quiet.saturating_sub(e.written_at.elapsed()));
     if let Some(turn) = f.zone_turn {
         return Some(format!(
             "remedy, in its failure domain's turn: retries there fail, so one of its stuck resources is tried at a time (lowest crash count first), the next at {}, whatever their backoffs; once one succeeds the rest go",
