@@ -85,6 +85,10 @@ pub struct Store {
     undone: Mutex<Vec<(ResourceKey, Undone)>>,
     /// The clock of `resets`.
     origin: Instant,
+    /// Poked when a version not written by remedy is stored: while a
+    /// breaker is open the engine decides on it at once (a new server is
+    /// held before its first create), not at the next tick.
+    changed: tokio::sync::Notify,
 }
 
 impl Store {
@@ -136,7 +140,14 @@ impl Store {
             watching: AtomicBool::new(false),
             undone: Mutex::default(),
             origin: Instant::now(),
+            changed: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Resolves once a version not written by remedy has been stored since
+    /// the last call resolved (one wake for any number of them).
+    pub async fn changed(&self) {
+        self.changed.notified().await;
     }
 
     /// A reset of `key` is about to be written: watch for a stale write
@@ -288,6 +299,9 @@ impl Store {
             own
         };
         self.watch_reset(&key, now_counters, own);
+        if !own {
+            self.changed.notify_one();
+        }
         Some(key)
     }
 

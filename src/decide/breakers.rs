@@ -87,6 +87,13 @@ impl Breakers {
         self.map.values().any(OutageBreaker::is_open)
     }
 
+    /// Whether some breaker is open proper (not cooling).
+    pub fn any_open_proper(&self) -> bool {
+        self.map
+            .values()
+            .any(|b| matches!(b.state(), BreakerState::Open { .. }))
+    }
+
     /// Feeds each breaker its domain's sample (an empty one where a domain
     /// had none this time: its window empties and it closes in time). The
     /// fleet-wide `external` ratio counts only for `domain: cluster`: it

@@ -38,6 +38,10 @@ pub const BREAKER_REASON: &str = "breaker";
 /// Hold reason of a resource held only because its domain's breaker is
 /// open (`breaker.hold: domain`), not for a failure of its own.
 pub const DOMAIN_REASON: &str = "breaker-domain";
+/// Hold reason of a resource held before its first create call, as its
+/// domain's breaker is open (`hold.new_until`): released like a breaker
+/// hold, a probe like any other.
+pub const NEW_REASON: &str = "breaker-new";
 pub const ALERT_PREFIX: &str = "alert:";
 pub use crate::model::profile::WITH_PREFIX;
 
@@ -74,7 +78,7 @@ impl Pause {
     /// From the hold mark's reason.
     pub fn from_reason(reason: Option<&str>) -> Self {
         match reason {
-            Some(BREAKER_REASON) => Self::Breaker,
+            Some(BREAKER_REASON | NEW_REASON) => Self::Breaker,
             Some(DOMAIN_REASON) => Self::Domain,
             Some(r) => match r.strip_prefix(ALERT_PREFIX) {
                 Some(alert) => Self::Alert(alert.into()),
@@ -122,6 +126,9 @@ pub struct Fact {
     /// Its release calls no cloud API (`hold.no_probe`): never a probe
     /// while its breaker is open, and no reason to wait for probes.
     pub no_probe: bool,
+    /// Its controller has not made it in the cloud yet (`hold.new_until`):
+    /// its next step is a create call.
+    pub uncreated: bool,
     pub crash_count: u32,
     pub backoff_remaining: Duration,
     /// The first firing alert whose scope selects it (`max_resources` kept).
@@ -179,6 +186,11 @@ pub struct Context {
     pub synced: bool,
     /// Fleet-wide failing ratio (`breaker.query`), cluster domain only.
     pub external: Option<f64>,
+    /// Its facts feed the breakers: every regular tick. A tick run early
+    /// for a change while a breaker is open (to hold a new resource before
+    /// its first call) decides without sampling, so the breakers' windows
+    /// are sampled at the tick's pace, not more often where events are.
+    pub sample: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -527,6 +539,23 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 });
                 return;
             }
+            // New in a domain whose breaker is open: held before its first
+            // create, which would fail like the rest. Only on a fresh state:
+            // one just released (a probe) is left to make its call.
+            if !failing
+                && f.holdable
+                && f.uncreated
+                && f.fresh
+                && core.breakers.is_open_proper(&f.domain)
+            {
+                self.out.holds.push(HoldOrder {
+                    key: key.clone(),
+                    reason: NEW_REASON.to_string(),
+                    // Not a failure of its own: its count stays.
+                    crash_count: f.crash_count,
+                });
+                return;
+            }
             if !failing && f.holdable && open_before && core.cfg.breaker.hold == BreakerHold::Domain
             {
                 self.out.holds.push(HoldOrder {
@@ -631,7 +660,9 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 s.probed = probed;
             }
         }
-        out.changed = core.breakers.observe(now, samples, ctx.external);
+        if ctx.sample {
+            out.changed = core.breakers.observe(now, samples, ctx.external);
+        }
         for (domain, _, after) in &out.changed {
             let pace = core.pace_mut(domain);
             if after.is_open() {

@@ -33,6 +33,7 @@ const LEAD: Context = Context {
     paused: false,
     synced: true,
     external: None,
+    sample: true,
 };
 
 fn fact(domain: &Arc<str>, pause: Pause, failing: bool, crash: u32) -> Fact {
@@ -50,6 +51,7 @@ fn fact(domain: &Arc<str>, pause: Pause, failing: bool, crash: u32) -> Fact {
         busy: false,
         holdable: true,
         no_probe: false,
+        uncreated: false,
         crash_count: crash,
         backoff_remaining: Duration::ZERO,
         firing: None,
@@ -1094,4 +1096,99 @@ fn a_held_machine_is_never_a_probe_and_goes_once_its_servers_answers_close_the_b
     );
     assert!(held.is_empty(), "still held: {held:?}");
     assert_eq!(healthy.len(), 8, "{healthy:?}");
+}
+
+/// #39, the full-zone bench on CAPO main: each new server in the failing
+/// zone made its burst of creates (5 ms doubling) before its failure could
+/// be seen and held. A resource not made in the cloud yet
+/// (`hold.new_until`) whose domain's breaker is open is held before its
+/// first call, its crash count unchanged; not in a closed domain, not one
+/// just released (a probe, whose state is not fresh), not once the
+/// breaker cools. Held so, it is a probe like a failed one.
+#[test]
+fn a_new_resource_in_an_open_zone_is_held_before_its_first_create() {
+    let mut core: Core<u32> = Core::new(cfg(true));
+    let (a, b) = (core.domain("a"), core.domain("b"));
+    let new = |d: &Arc<str>, fresh: bool| Fact {
+        uncreated: true,
+        fresh,
+        ..fact(d, Pause::No, false, 2)
+    };
+    // Zone a fails: 4 of 6 (min_resources 2 here); zone b is fine.
+    let fleet = || -> Vec<(u32, Fact)> {
+        let mut f: Vec<(u32, Fact)> = (0..6).map(|i| (i, fact(&a, Pause::No, i < 4, 0))).collect();
+        f.extend((10..16).map(|i| (i, fact(&b, Pause::No, false, 0))));
+        f
+    };
+    // An early round (between ticks) samples nothing: no breaker moves.
+    let early = Context {
+        sample: false,
+        ..LEAD
+    };
+    let out = core.tick(Duration::from_millis(500), early, fleet());
+    assert!(out.changed.is_empty() && !core.breakers().is_open(&a));
+    let out = core.tick(Duration::from_secs(1), LEAD, fleet());
+    assert!(core.breakers().is_open_proper(&a), "{:?}", out.changed);
+    let mut facts = fleet();
+    facts.push((20, new(&a, true)));
+    facts.push((21, new(&b, true)));
+    facts.push((22, new(&a, false)));
+    let out = core.tick(Duration::from_secs(2), LEAD, facts);
+    let held: BTreeMap<u32, (&str, u32)> = out
+        .holds
+        .iter()
+        .map(|h| (h.key, (h.reason.as_str(), h.crash_count)))
+        .collect();
+    assert_eq!(held.get(&20), Some(&(NEW_REASON, 2)), "{held:?}");
+    assert!(!held.contains_key(&21), "zone b is not failing: {held:?}");
+    assert!(!held.contains_key(&22), "a probe is left to call: {held:?}");
+    assert_eq!(Pause::from_reason(Some(NEW_REASON)), Pause::Breaker);
+
+    // Held, it is the lowest crash count there is after the failed ones'
+    // holds (which added one): a probe.
+    let mut probed = false;
+    for t in 3..=12u64 {
+        let mut facts: Vec<(u32, Fact)> = (0..4)
+            .map(|i| (i, fact(&a, Pause::Breaker, false, 1)))
+            .collect();
+        facts.extend((4..6).map(|i| (i, fact(&a, Pause::No, false, 0))));
+        facts.extend((10..16).map(|i| (i, fact(&b, Pause::No, false, 0))));
+        facts.push((
+            20,
+            Fact {
+                uncreated: true,
+                ..fact(&a, Pause::Breaker, false, 0)
+            },
+        ));
+        let out = core.tick(Duration::from_secs(t), LEAD, facts);
+        if let Some((k, _)) = out.actions.first() {
+            assert_eq!(*k, 20, "the new one goes first at {t} s");
+            probed = true;
+            break;
+        }
+    }
+    assert!(probed, "no probe in 10 s (probe_every 2 s)");
+
+    // Cooling: the cloud answered; new ones are left to go.
+    let mut core: Core<u32> = Core::new(cfg(false));
+    let a = core.domain("a");
+    core.tick(
+        Duration::from_secs(1),
+        LEAD,
+        (0..6).map(|i| (i, fact(&a, Pause::No, i < 4, 0))),
+    );
+    core.tick(
+        Duration::from_secs(30),
+        LEAD,
+        (0..6).map(|i| (i, fact(&a, Pause::No, false, 0))),
+    );
+    assert!(core.breakers().is_open(&a) && !core.breakers().is_open_proper(&a));
+    let out = core.tick(
+        Duration::from_secs(31),
+        LEAD,
+        (0..6)
+            .map(|i| (i, fact(&a, Pause::No, false, 0)))
+            .chain([(20, new(&a, true))]),
+    );
+    assert!(out.holds.is_empty(), "{:?}", out.holds);
 }

@@ -138,6 +138,9 @@ pub struct ResourceView {
     /// Its owner is replacing it (a `hold.not_while` condition is False):
     /// remedy does not hold it.
     pub replaced: bool,
+    /// Its controller has not made it in the cloud yet (none of
+    /// `hold.new_until` is set): its next step is a create call.
+    pub uncreated: bool,
     /// Fields the profile names that exist but have the wrong type. Such a
     /// resource is reported unclassifiable and never touched.
     pub malformed: Vec<&'static str>,

@@ -34,6 +34,11 @@ use tracing::Instrument;
 
 pub use crate::decide::BREAKER_REASON;
 const WORKERS: usize = 4;
+/// Early rounds (a change while a breaker is open) are at least this far
+/// apart: a new server is held within it of appearing, and a fleet of
+/// 10,000 changing at once costs a round per quarter second, not one per
+/// event.
+const EARLY_GAP: Duration = Duration::from_millis(250);
 
 mod alerts;
 mod explain;
@@ -43,6 +48,8 @@ mod pending;
 mod record;
 mod round;
 mod status;
+
+use round::Pass;
 
 pub use explain::{Explanation, HoldView};
 pub use external::Covered;
@@ -288,7 +295,7 @@ impl Engine {
             (Some(v), Some(q)) => self.signal(v.query_scalar(q)).await.ok().flatten(),
             _ => None,
         };
-        self.round(now, wall, external, leader);
+        self.round(now, wall, Pass::Tick { external }, leader);
     }
 
     #[cfg(test)]
@@ -352,9 +359,22 @@ impl Engine {
         let mut interval = tokio::time::interval(tick);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut open = true;
+        let mut last = Instant::now();
         loop {
+            // While a breaker is open, a change is decided on at once: CAPO
+            // main makes a new server's create within about 100 ms of the
+            // object and retries a failed one from 5 ms, doubling.
+            let early = self.wants_early();
             tokio::select! {
-                _ = interval.tick() => self.tick().await,
+                _ = interval.tick() => {
+                    self.tick().await;
+                    last = Instant::now();
+                }
+                () = self.deps.store.changed(), if early => {
+                    tokio::time::sleep_until((last + EARLY_GAP).into()).await;
+                    self.early_round();
+                    last = Instant::now();
+                }
                 ev = events.recv(), if open => match ev {
                     Some(ev) => self.handle(&ev),
                     // Webhook gone (not configured): keep deciding on ticks.
@@ -365,6 +385,22 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Whether a change is worth a round before the next tick: leading,
+    /// not paused, with a breaker open proper (once it cools, nothing new
+    /// is held).
+    fn wants_early(&self) -> bool {
+        self.deps.leader.is_leader()
+            && !self.paused()
+            && self.state.locked().core.breakers().any_open_proper()
+    }
+
+    /// A round between ticks: decides on the store as it is now (holds,
+    /// and releases the pace allows) without sampling the breakers.
+    fn early_round(&self) {
+        let leader = self.deps.leader.is_leader();
+        self.round(self.now(), Utc::now(), Pass::Early, leader);
     }
 
     async fn work(&self) {

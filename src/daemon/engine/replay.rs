@@ -117,7 +117,7 @@ async fn the_engine_replays_a_simulator_run_with_the_same_decisions() {
         engine.round(
             Duration::from_millis(rec.now),
             wall(rec.now),
-            None,
+            Pass::Tick { external: None },
             engine.deps.leader.is_leader(),
         );
         let goals = std::mem::take(&mut *engine.pending.goals.lock().unwrap()).queued;

@@ -27,23 +27,28 @@ use std::time::Duration;
 /// Waiting reason of a resource whose goal failed and waits its backoff.
 const RETRY: &str = "retry";
 
+/// Which pass a round is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Pass {
+    /// The regular tick: its facts feed the breakers (with the fleet-wide
+    /// ratio of `breaker.query`, if any).
+    Tick { external: Option<f64> },
+    /// Early, for a change while a breaker is open: decides, samples
+    /// nothing ([`Context::sample`]).
+    Early,
+}
+
 impl Engine {
     /// The synchronous part of a tick: the store and the episodes through
     /// the decision core, goals queued for the workers. Clocks are passed
     /// in so a recorded run can be replayed.
-    pub(super) fn round(
-        &self,
-        now: Duration,
-        wall: DateTime<Utc>,
-        external: Option<f64>,
-        leader: bool,
-    ) {
+    pub(super) fn round(&self, now: Duration, wall: DateTime<Utc>, pass: Pass, leader: bool) {
         let mut st = self.state.locked();
         let st = &mut *st;
         st.episodes.prune(wall);
         self.fix_targets(st);
         let paused = self.paused();
-        let seen = self.facts(st, now, wall, external, leader, paused);
+        let seen = self.facts(st, now, wall, pass, leader, paused);
         let Decisions {
             holds,
             actions,
@@ -94,7 +99,7 @@ impl Engine {
         st: &mut State,
         now: Duration,
         wall: DateTime<Utc>,
-        external: Option<f64>,
+        pass: Pass,
         leader: bool,
         paused: bool,
     ) -> Seen {
@@ -266,6 +271,7 @@ impl Engine {
                     no_probe: profile
                         .and_then(|p| p.hold.as_ref())
                         .is_some_and(|h| h.no_probe),
+                    uncreated: e.view.uncreated,
                     crash_count: crashes,
                     backoff_remaining,
                     firing: alert,
@@ -287,11 +293,16 @@ impl Engine {
             .streams
             .iter()
             .all(|s| self.deps.store.is_synced(s));
+        let (external, sample) = match pass {
+            Pass::Tick { external } => (external, true),
+            Pass::Early => (None, false),
+        };
         let decisions = t.finish(Context {
             leader,
             paused,
             synced,
             external,
+            sample,
         });
         held_keys.sort();
         Seen {

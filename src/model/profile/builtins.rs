@@ -185,6 +185,9 @@ pub fn builtins() -> Vec<Profile> {
         ignore_conditions: IgnoreConditions::default(),
         hold: Some(HoldSpec {
             with_owner: Some("OpenStackMachine".into()),
+            // Set from the create's answer (v0.14 and main
+            // getOrCreateServer); a failed create leaves it unset.
+            new_until: paths(&["/status/instanceID"]),
             ..HoldSpec::marked(CAPI_PAUSED)
         }),
         remediation: RemediationSpec {

@@ -59,6 +59,16 @@ pub struct HoldSpec {
     /// held in its domain any more (its server first).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_probe: bool,
+    /// JSON pointers of which one is set once its controller has made the
+    /// thing in the cloud (an OpenStackServer's `/status/instanceID`).
+    /// Until one is, the object is new: its controller's next step is a
+    /// create call. A new object whose domain's breaker is open is held
+    /// before that call (reason `breaker-new`, its crash count unchanged)
+    /// and released with the domain's other holds, lowest crash count
+    /// first: a create in a zone that fails every call only adds to the
+    /// storm (CAPO main retries a failed create from 5 ms, doubling).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub new_until: Vec<String>,
 }
 
 /// After a hold on an object X is removed, remedy writes

@@ -450,6 +450,9 @@ impl Profile {
         if h.not_while.iter().any(String::is_empty) {
             return Err(bad("not_while has an empty condition type"));
         }
+        for p in &h.new_until {
+            self.check_pointer("hold.new_until", p)?;
+        }
         match h.target() {
             None => Err(bad("needs exactly one of `annotation` or `field`")),
             Some(HoldTarget::Annotation(a)) => {

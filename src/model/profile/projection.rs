@@ -50,6 +50,13 @@ impl Profile {
             .map_or(0, |t| crate::model::why::digest(t));
         view.pause = self.pause_state(annotations, &obj.data);
         view.clearable = self.clearable(&obj.data);
+        view.uncreated = self.hold.as_ref().is_some_and(|h| {
+            !h.new_until.is_empty()
+                && !h
+                    .new_until
+                    .iter()
+                    .any(|p| obj.data.pointer(p).is_some_and(|v| !v.is_null()))
+        });
         view.skip_remediation = match self
             .remediation
             .skip_remediation_annotation

@@ -264,6 +264,7 @@ pub fn fact(backoff: &BackoffPolicy, domain: Arc<str>, f: &SimFact, now: Ms) -> 
         holdable: true,
         // Simulated resources call the cloud themselves.
         no_probe: false,
+        uncreated: false,
         crash_count: retry.crash_count,
         backoff_remaining: retry.remaining,
         firing: None,
@@ -331,6 +332,7 @@ impl Policy for Remedy {
             paused: false,
             synced: true,
             external: None,
+            sample: true,
         });
         let open = self.core.breakers().any_open();
         if open && !self.was_open {
