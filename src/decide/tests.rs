@@ -1143,6 +1143,10 @@ fn a_new_resource_in_an_open_zone_is_held_before_its_first_create() {
     assert!(!held.contains_key(&21), "zone b is not failing: {held:?}");
     assert!(!held.contains_key(&22), "a probe is left to call: {held:?}");
     assert_eq!(Pause::from_reason(Some(NEW_REASON)), Pause::Breaker);
+    assert_eq!(
+        crate::model::why::Hold::from_mark(NEW_REASON),
+        crate::model::why::Hold::New
+    );
 
     // Held, it is the lowest crash count there is after the failed ones'
     // holds (which added one): a probe.

@@ -17,6 +17,9 @@ pub enum Hold<'a> {
     /// Its failure domain's outage breaker (`breaker`, `breaker-domain`,
     /// or a reason this version does not know: released like one).
     Breaker,
+    /// Held before its first create call, as its domain's breaker is open
+    /// (`breaker-new`, `hold.new_until`).
+    New,
     /// An alert (its name), while it fires and until it is verified
     /// cleared.
     Alert(&'a str),
@@ -31,6 +34,8 @@ impl<'a> Hold<'a> {
             Self::Alert(alert)
         } else if let Some(owner) = reason.strip_prefix(WITH_PREFIX) {
             Self::With(owner)
+        } else if reason == "breaker-new" {
+            Self::New
         } else {
             Self::Breaker
         }
@@ -122,6 +127,10 @@ impl Why<'_> {
                 "held by remedy: the outage breaker of failure domain {} opened",
                 self.domain
             ),
+            Hold::New => format!(
+                "held by remedy before its first create call: the outage breaker of failure domain {} is open",
+                self.domain
+            ),
         };
         let waits = match self.waits {
             "breaker" => format!("the outage breaker of {} to close", self.domain),
@@ -198,6 +207,10 @@ mod tests {
         assert_eq!(
             why("breaker", "breaker").text(),
             "held by remedy: the outage breaker of failure domain zone-a opened; waits for the outage breaker of zone-a to close. `remedy explain` gives its place in line and an estimate."
+        );
+        assert_eq!(
+            why("breaker-new", "breaker").text(),
+            "held by remedy before its first create call: the outage breaker of failure domain zone-a is open; waits for the outage breaker of zone-a to close. `remedy explain` gives its place in line and an estimate."
         );
         assert!(why("alert:CloudAPIDegraded", "settle").text().starts_with(
             "held by remedy while alert CloudAPIDegraded fires; waits for the alert to resolve"
