@@ -59,7 +59,14 @@ impl Engine {
             letting_go,
         } = seen.decisions;
         for key in letting_go {
-            if st.letting_go.insert(key.clone()) {
+            // Only an owner remedy holds is let go (the next round keeps no
+            // other): logged once, not at every round.
+            let held = self
+                .deps
+                .store
+                .get(&key)
+                .is_some_and(|e| matches!(e.view.pause, PauseState::Ours { .. }));
+            if held && st.letting_go.insert(key.clone()) {
                 tracing::info!(resource = %key, "letting go: the resources held with it are released first");
             }
         }

@@ -117,6 +117,13 @@ pub fn builtins() -> Vec<Profile> {
         // (`collections.IsUnhealthyAndOwnerRemediated`; tests/it/capi_mhc.rs).
         h.not_while = paths(&["OwnerRemediated"]);
         h.no_probe = true;
+        // Set once its infrastructure is made. Before that, a paused
+        // Machine's controller neither owns nor bootstraps its
+        // infrastructure object, and CAPO's OpenStackMachine waits for both
+        // ("Machine Controller has not yet set OwnerRef") before it makes
+        // the OpenStackServer, whose create follows within ~30 ms (the
+        // capo_outage bench, CAPO main): held there, no server is made.
+        h.new_until = paths(&["/spec/providerID"]);
     }
     // A Machine's or Cluster's failure is its infrastructure's, copied:
     // retried where it is made (the provider's object), never here.

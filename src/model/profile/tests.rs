@@ -685,3 +685,35 @@ fn clear_conditions_match_false_ones_and_need_a_status_conditions_list() {
             .any(|p| p == "/status/conditions")
     );
 }
+
+/// #39: what `hold.new_until` reads on the built-ins: a server that made
+/// nothing in the cloud (a failed create) and a Machine without a
+/// providerID are new; ones with an instanceID or a providerID are not;
+/// a profile without it never calls anything new.
+#[test]
+fn new_until_tells_what_is_not_made_in_the_cloud_yet() {
+    let server = builtin("openstack-server").unwrap();
+    let failed = sample(include_str!(
+        "../../../testenv/samples/capo-openstackserver-createfailed.yaml"
+    ));
+    assert!(server.project(&failed).view.uncreated);
+    let made = sample(include_str!(
+        "../../../testenv/samples/capo-openstackserver-error.yaml"
+    ));
+    assert!(!server.project(&made).view.uncreated);
+    let machine = builtin("capi-machine").unwrap();
+    let mut m = sample(include_str!(
+        "../../../testenv/samples/capi-machine-v1beta1-failed.yaml"
+    ));
+    assert!(!machine.project(&m).view.uncreated);
+    m.data["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("providerID");
+    assert!(machine.project(&m).view.uncreated);
+    m.data["spec"]["providerID"] = serde_json::Value::Null;
+    assert!(machine.project(&m).view.uncreated, "null is unset");
+    let osm = builtin("openstack-machine").unwrap();
+    assert!(osm.hold.as_ref().unwrap().new_until.is_empty());
+    assert!(!osm.project(&m).view.uncreated);
+}
