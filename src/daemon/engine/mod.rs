@@ -35,10 +35,12 @@ use tracing::Instrument;
 pub use crate::decide::BREAKER_REASON;
 const WORKERS: usize = 4;
 /// Early rounds (a change while a breaker is open) are at least this far
-/// apart: a new server is held within it of appearing, and a fleet of
-/// 10,000 changing at once costs a round per quarter second, not one per
-/// event.
-const EARLY_GAP: Duration = Duration::from_millis(250);
+/// apart, and at least [`EARLY_SHARE`] times the last round's own time: a
+/// released probe that fails is held again within tens of milliseconds on a
+/// small fleet (CAPO main retries it from 5 ms, doubling), and a fleet of
+/// 10,000 changing at once spends at most a tenth of a core on them.
+const EARLY_GAP: Duration = Duration::from_millis(25);
+const EARLY_SHARE: u32 = 10;
 
 mod alerts;
 mod explain;
@@ -360,6 +362,7 @@ impl Engine {
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut open = true;
         let mut last = Instant::now();
+        let mut gap = EARLY_GAP;
         loop {
             // While a breaker is open, a change is decided on at once: CAPO
             // main makes a new server's create within about 100 ms of the
@@ -371,9 +374,11 @@ impl Engine {
                     last = Instant::now();
                 }
                 () = self.deps.store.changed(), if early => {
-                    tokio::time::sleep_until((last + EARLY_GAP).into()).await;
+                    tokio::time::sleep_until((last + gap).into()).await;
+                    let started = Instant::now();
                     self.early_round();
                     last = Instant::now();
+                    gap = EARLY_GAP.max(last.duration_since(started) * EARLY_SHARE);
                 }
                 ev = events.recv(), if open => match ev {
                     Some(ev) => self.handle(&ev),

@@ -706,10 +706,7 @@ fn new_until_tells_what_is_not_made_in_the_cloud_yet() {
         "../../../testenv/samples/capi-machine-v1beta1-failed.yaml"
     ));
     assert!(!machine.project(&m).view.uncreated);
-    m.data["spec"]
-        .as_object_mut()
-        .unwrap()
-        .remove("providerID");
+    m.data["spec"].as_object_mut().unwrap().remove("providerID");
     assert!(machine.project(&m).view.uncreated);
     m.data["spec"]["providerID"] = serde_json::Value::Null;
     assert!(machine.project(&m).view.uncreated, "null is unset");
