@@ -87,6 +87,14 @@ impl Breakers {
         self.map.values().any(OutageBreaker::is_open)
     }
 
+    /// Since when `domain`'s breaker is open proper (not cooling).
+    pub fn open_since(&self, domain: &str) -> Option<Duration> {
+        match self.map.get(domain)?.state() {
+            BreakerState::Open { since, .. } => Some(since),
+            _ => None,
+        }
+    }
+
     /// Whether some breaker is open proper (not cooling).
     pub fn any_open_proper(&self) -> bool {
         self.map

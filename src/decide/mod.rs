@@ -50,6 +50,11 @@ pub use crate::model::profile::WITH_PREFIX;
 /// go (see [`Fact::busy`]) is forgotten at once.
 const FLIGHT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// A creation time is in whole seconds and a breaker opens at a tick: an
+/// object this much older than the breaker's opening still appeared while
+/// it was open.
+const NEW_SLACK: Duration = Duration::from_secs(1);
+
 /// Who paused an object, as far as decisions go.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Pause {
@@ -129,6 +134,8 @@ pub struct Fact {
     /// Its controller has not made it in the cloud yet (`hold.new_until`):
     /// its next step is a create call.
     pub uncreated: bool,
+    /// How long ago it was created (`metadata.creationTimestamp`), if known.
+    pub age: Option<Duration>,
     pub crash_count: u32,
     pub backoff_remaining: Duration,
     /// The first firing alert whose scope selects it (`max_resources` kept).
@@ -540,14 +547,15 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 return;
             }
             // New in a domain whose breaker is open: held before its first
-            // create, which would fail like the rest. Only on a fresh state:
-            // one just released (a probe) is left to make its call.
-            if !failing
-                && f.holdable
-                && f.uncreated
-                && f.fresh
-                && core.breakers.is_open_proper(&f.domain)
-            {
+            // create, which would fail like the rest. Only what appeared
+            // while it is open (a scale-up, a replacement): one that was
+            // being made before is its controller's call already. Only on
+            // a fresh state: one just released (a probe) makes its call.
+            let appeared = core.breakers.open_since(&f.domain).is_some_and(|since| {
+                f.age
+                    .is_some_and(|age| age <= self.now.saturating_sub(since) + NEW_SLACK)
+            });
+            if !failing && f.holdable && f.uncreated && f.fresh && appeared {
                 self.out.holds.push(HoldOrder {
                     key: key.clone(),
                     reason: NEW_REASON.to_string(),

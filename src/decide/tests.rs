@@ -52,6 +52,7 @@ fn fact(domain: &Arc<str>, pause: Pause, failing: bool, crash: u32) -> Fact {
         holdable: true,
         no_probe: false,
         uncreated: false,
+        age: None,
         crash_count: crash,
         backoff_remaining: Duration::ZERO,
         firing: None,
@@ -1112,6 +1113,7 @@ fn a_new_resource_in_an_open_zone_is_held_before_its_first_create() {
     let new = |d: &Arc<str>, fresh: bool| Fact {
         uncreated: true,
         fresh,
+        age: Some(Duration::ZERO),
         ..fact(d, Pause::No, false, 2)
     };
     // Zone a fails: 4 of 6 (min_resources 2 here); zone b is fine.
@@ -1133,6 +1135,15 @@ fn a_new_resource_in_an_open_zone_is_held_before_its_first_create() {
     facts.push((20, new(&a, true)));
     facts.push((21, new(&b, true)));
     facts.push((22, new(&a, false)));
+    // Being made before the breaker opened (a Machine provisioning for an
+    // hour): its controller's call, not a new one.
+    facts.push((
+        23,
+        Fact {
+            age: Some(Duration::from_secs(3600)),
+            ..new(&a, true)
+        },
+    ));
     let out = core.tick(Duration::from_secs(2), LEAD, facts);
     let held: BTreeMap<u32, (&str, u32)> = out
         .holds
@@ -1142,6 +1153,7 @@ fn a_new_resource_in_an_open_zone_is_held_before_its_first_create() {
     assert_eq!(held.get(&20), Some(&(NEW_REASON, 2)), "{held:?}");
     assert!(!held.contains_key(&21), "zone b is not failing: {held:?}");
     assert!(!held.contains_key(&22), "a probe is left to call: {held:?}");
+    assert!(!held.contains_key(&23), "made before the opening: {held:?}");
     assert_eq!(Pause::from_reason(Some(NEW_REASON)), Pause::Breaker);
     assert_eq!(
         crate::model::why::Hold::from_mark(NEW_REASON),

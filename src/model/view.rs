@@ -141,6 +141,8 @@ pub struct ResourceView {
     /// Its controller has not made it in the cloud yet (none of
     /// `hold.new_until` is set): its next step is a create call.
     pub uncreated: bool,
+    /// `metadata.creationTimestamp` (whole seconds, the apiserver's clock).
+    pub created: Option<DateTime<Utc>>,
     /// Fields the profile names that exist but have the wrong type. Such a
     /// resource is reported unclassifiable and never touched.
     pub malformed: Vec<&'static str>,

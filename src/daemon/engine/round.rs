@@ -279,6 +279,10 @@ impl Engine {
                         .and_then(|p| p.hold.as_ref())
                         .is_some_and(|h| h.no_probe),
                     uncreated: e.view.uncreated,
+                    age: e
+                        .view
+                        .created
+                        .and_then(|c| (wall - c).to_std().ok().or(Some(Duration::ZERO))),
                     crash_count: crashes,
                     backoff_remaining,
                     firing: alert,

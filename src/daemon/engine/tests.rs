@@ -1218,7 +1218,8 @@ fn server(name: &str, failed: Option<bool>) -> DynamicObject {
     };
     crate::testkit::object(json!({
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "OpenStackServer",
-        "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"},
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1",
+            "creationTimestamp": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)},
         "spec": {"availabilityZone": "az2"},
         "status": status
     }))

@@ -62,8 +62,10 @@ pub struct HoldSpec {
     /// JSON pointers of which one is set once its controller has made the
     /// thing in the cloud (an OpenStackServer's `/status/instanceID`).
     /// Until one is, the object is new: its controller's next step is a
-    /// create call. A new object whose domain's breaker is open is held
-    /// before that call (reason `breaker-new`, its crash count unchanged)
+    /// create call. A new object that appears while its domain's breaker is
+    /// open (a scale-up, a replacement; not one that was being made before)
+    /// is held before that call (reason `breaker-new`, its crash count
+    /// unchanged)
     /// and released with the domain's other holds, lowest crash count
     /// first: a create in a zone that fails every call only adds to the
     /// storm (CAPO main retries a failed create from 5 ms, doubling).

@@ -40,6 +40,10 @@ impl Profile {
                     .chain(self.held_with(obj).map(|o| (HELD_WITH_LABEL, o))),
             ),
             deleting: meta.deletion_timestamp.is_some(),
+            created: meta.creation_timestamp.as_ref().and_then(|t| {
+                let nanos = u32::try_from(t.0.subsec_nanosecond()).unwrap_or(0);
+                DateTime::from_timestamp(t.0.as_second(), nanos)
+            }),
             ..ResourceView::default()
         };
         let empty = BTreeMap::new();

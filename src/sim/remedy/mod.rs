@@ -265,6 +265,7 @@ pub fn fact(backoff: &BackoffPolicy, domain: Arc<str>, f: &SimFact, now: Ms) -> 
         // Simulated resources call the cloud themselves.
         no_probe: false,
         uncreated: false,
+        age: None,
         crash_count: retry.crash_count,
         backoff_remaining: retry.remaining,
         firing: None,
