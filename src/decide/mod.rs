@@ -63,6 +63,10 @@ pub enum Pause {
     Foreign,
     /// Ours, for the outage breaker.
     Breaker,
+    /// Ours, before its first create while its domain's breaker is open
+    /// (`hold.new_until`): released like a breaker hold, but with nothing
+    /// made in the cloud it waits on nothing else's release.
+    New,
     /// Ours, because its domain's breaker is open (`breaker.hold: domain`):
     /// released once the breaker closes, never as a probe.
     Domain,
@@ -83,7 +87,8 @@ impl Pause {
     /// From the hold mark's reason.
     pub fn from_reason(reason: Option<&str>) -> Self {
         match reason {
-            Some(BREAKER_REASON | NEW_REASON) => Self::Breaker,
+            Some(BREAKER_REASON) => Self::Breaker,
+            Some(NEW_REASON) => Self::New,
             Some(DOMAIN_REASON) => Self::Domain,
             Some(r) => match r.strip_prefix(ALERT_PREFIX) {
                 Some(alert) => Self::Alert(alert.into()),
@@ -317,6 +322,8 @@ struct Asking<K> {
     with_domain: bool,
     /// Its release calls no cloud API (`hold.no_probe`).
     no_probe: bool,
+    /// Held before its first create (`Pause::New`).
+    new: bool,
 }
 
 impl<K: Clone + Ord + Hash> Core<K> {
@@ -473,10 +480,13 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 sample.not_found += 1;
             }
         }
-        if matches!(f.pause, Pause::Breaker | Pause::Domain) {
+        if matches!(f.pause, Pause::Breaker | Pause::New | Pause::Domain) {
             *self.breaker_holds.entry(f.domain.clone()).or_insert(0) += 1;
         }
-        if f.pause == Pause::Breaker && !f.no_probe && !self.failed_held.contains(&f.domain) {
+        if matches!(f.pause, Pause::Breaker | Pause::New)
+            && !f.no_probe
+            && !self.failed_held.contains(&f.domain)
+        {
             self.failed_held.insert(f.domain.clone());
         }
         // A release's answer: the object's first fresh state after it.
@@ -612,6 +622,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
                 followed_held: f.followed_held,
                 with_domain: f.pause == Pause::Domain,
                 no_probe: f.no_probe,
+                new: f.pause == Pause::New,
             });
         }
     }
@@ -729,14 +740,17 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             followed_held,
             with_domain,
             no_probe,
+            new,
         } in candidates
         {
             // Its answer says nothing of the cloud: not a probe while the
             // breaker is open, and released after the resources it waits
             // on (a Machine's server), or it fails again on their status.
+            // Held before its first create, it has none to wait on.
             if action == Action::Release
                 && no_probe
-                && (core.breakers.is_open_proper(&domain) || failed_held.contains(&domain))
+                && (core.breakers.is_open_proper(&domain)
+                    || (failed_held.contains(&domain) && !new))
             {
                 zone_waiting.push((c.key, WaitReason::Breaker));
                 continue;

@@ -1154,7 +1154,7 @@ fn a_new_resource_in_an_open_zone_is_held_before_its_first_create() {
     assert!(!held.contains_key(&21), "zone b is not failing: {held:?}");
     assert!(!held.contains_key(&22), "a probe is left to call: {held:?}");
     assert!(!held.contains_key(&23), "made before the opening: {held:?}");
-    assert_eq!(Pause::from_reason(Some(NEW_REASON)), Pause::Breaker);
+    assert_eq!(Pause::from_reason(Some(NEW_REASON)), Pause::New);
     assert_eq!(
         crate::model::why::Hold::from_mark(NEW_REASON),
         crate::model::why::Hold::New
@@ -1173,7 +1173,7 @@ fn a_new_resource_in_an_open_zone_is_held_before_its_first_create() {
             20,
             Fact {
                 uncreated: true,
-                ..fact(&a, Pause::Breaker, false, 0)
+                ..fact(&a, Pause::New, false, 0)
             },
         ));
         let out = core.tick(Duration::from_secs(t), LEAD, facts);
@@ -1207,4 +1207,104 @@ fn a_new_resource_in_an_open_zone_is_held_before_its_first_create() {
             .chain([(20, new(&a, true))]),
     );
     assert!(out.holds.is_empty(), "{:?}", out.holds);
+}
+
+/// #39, the full-zone bench, run 7: the new Machines held before their
+/// first create (`Pause::New`, no_probe) waited, like the failed ones'
+/// Machines, until every failed server was released, and the last was
+/// Running 156 s after the return. Having made nothing in the cloud, such
+/// a Machine waits on no server: it goes once the breaker cools, beside
+/// the failed servers; a failed server's Machine still waits for them.
+#[test]
+fn a_machine_held_before_its_first_create_goes_when_the_breaker_cools_not_after_the_servers() {
+    let mut core: Core<u32> = Core::new(cfg(true));
+    let d = core.domain("z");
+    let machine = |pause| Fact {
+        no_probe: true,
+        uncreated: true,
+        ..fact(&d, pause, false, 0)
+    };
+    // Servers 1-4 failed and are held; machine 11 is the Machine of server
+    // 1 (held for its failure), machine 20 a new one held before its create.
+    let mut out_at: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut cooling_at = None;
+    let mut held: BTreeSet<u32> = [1, 2, 3, 4, 11, 20].into();
+    // The breaker opens on the failures, then every answer is healthy.
+    let mut failing = true;
+    for t in 1..=120u64 {
+        let mut facts: Vec<(u32, Fact)> = (100..106)
+            .map(|i| (i, fact(&d, Pause::No, false, 0)))
+            .collect();
+        for k in [1u32, 2, 3, 4] {
+            let pause = if held.contains(&k) {
+                Pause::Breaker
+            } else {
+                Pause::No
+            };
+            facts.push((k, fact(&d, pause, failing && !held.contains(&k), 2)));
+        }
+        let m11 = if held.contains(&11) {
+            Pause::Breaker
+        } else {
+            Pause::No
+        };
+        facts.push((
+            11,
+            Fact {
+                crash_count: 1,
+                ..machine(m11)
+            },
+        ));
+        let m20 = if held.contains(&20) {
+            Pause::New
+        } else {
+            Pause::No
+        };
+        facts.push((20, machine(m20)));
+        if t == 1 {
+            // Open first: everything failing, nothing held yet.
+            held.clear();
+        }
+        let out = core.tick(Duration::from_secs(t), LEAD, facts);
+        if t == 1 {
+            assert!(core.breakers().is_open_proper(&d), "{:?}", out.changed);
+            held = [1, 2, 3, 4, 11, 20].into();
+            failing = false;
+            continue;
+        }
+        if cooling_at.is_none()
+            && core.breakers().is_open(&d)
+            && !core.breakers().is_open_proper(&d)
+        {
+            cooling_at = Some(t);
+        }
+        for (k, _) in &out.actions {
+            held.remove(k);
+            out_at.entry(*k).or_insert(t);
+        }
+        if held.is_empty() {
+            break;
+        }
+    }
+    let cooling = cooling_at.expect("the probes cooled the breaker");
+    let last_server = [1, 2, 3, 4]
+        .iter()
+        .filter_map(|k| out_at.get(k))
+        .max()
+        .copied();
+    let last_server = last_server.expect("servers released");
+    let m20 = out_at.get(&20).copied().expect("machine 20 released");
+    let m11 = out_at.get(&11).copied().expect("machine 11 released");
+    assert!(
+        m20 <= cooling + 1,
+        "new machine at {m20} s, cooling at {cooling} s: {out_at:?}"
+    );
+    assert!(
+        m20 < last_server,
+        "before the last server ({last_server} s): {out_at:?}"
+    );
+    assert!(
+        m11 >= last_server,
+        "a failed server's Machine after them: {out_at:?}"
+    );
 }
