@@ -489,9 +489,16 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
         {
             self.failed_held.insert(f.domain.clone());
         }
-        // A release's answer: the object's first fresh state after it.
+        // A release's answer: the object's first fresh state after it that
+        // says something. Not failing while still not made in the cloud
+        // (`hold.new_until`) is no answer yet: CAPO writes a condition of
+        // its own before its create fails, and early rounds see it (full-
+        // zone run 8: that write read as a healthy probe cooled the breaker
+        // in the outage, and a new Machine went out into it).
+        let unanswered = f.failing == Failing::No && f.uncreated;
         if f.fresh
             && f.pause == Pause::No
+            && !unanswered
             && let Some(flight) = core.flights.remove(key)
         {
             let answer = match f.failing {
