@@ -78,9 +78,7 @@ impl Breakers {
 
     /// Open proper: not cooling (where [`Self::is_open`] is still true).
     pub fn is_open_proper(&self, domain: &str) -> bool {
-        self.map
-            .get(domain)
-            .is_some_and(|b| matches!(b.state(), BreakerState::Open { .. }))
+        self.open_since(domain).is_some()
     }
 
     pub fn any_open(&self) -> bool {

@@ -1317,47 +1317,30 @@ fn no_held_machine_leaves_while_probes_keep_failing() {
     let d = core.domain("z");
     let mut held: BTreeSet<u32> = BTreeSet::new();
     for t in 1..=600u64 {
+        // Held as `pause`, or not held and failing unless it is new.
+        let as_held = |k: u32, pause: Pause, crash: u32| {
+            let held_now = held.contains(&k);
+            let p = if held_now { pause.clone() } else { Pause::No };
+            fact(&d, p, !held_now && pause != Pause::New, crash)
+        };
         let mut facts: Vec<(u32, Fact)> = (100..110)
             .map(|i| (i, fact(&d, Pause::No, false, 0)))
             .collect();
-        for k in 1u32..=5 {
-            let p = if held.contains(&k) {
-                Pause::Breaker
-            } else {
-                Pause::No
-            };
-            facts.push((k, fact(&d, p, !held.contains(&k), 2)));
-        }
-        for k in 11u32..=15 {
-            let p = if held.contains(&k) {
-                Pause::Breaker
-            } else {
-                Pause::No
-            };
-            facts.push((
-                k,
-                Fact {
+        facts.extend((1u32..=5).map(|k| (k, as_held(k, Pause::Breaker, 2))));
+        // Failed servers' Machines, and new ones.
+        for (ks, pause, crash, age) in [
+            (11u32..=15, Pause::Breaker, 1, None),
+            (21..=25, Pause::New, 0, Some(Duration::ZERO)),
+        ] {
+            facts.extend(ks.map(|k| {
+                let f = Fact {
                     no_probe: true,
                     uncreated: true,
-                    ..fact(&d, p, !held.contains(&k), 1)
-                },
-            ));
-        }
-        for k in 21u32..=25 {
-            let p = if held.contains(&k) {
-                Pause::New
-            } else {
-                Pause::No
-            };
-            facts.push((
-                k,
-                Fact {
-                    no_probe: true,
-                    uncreated: true,
-                    age: Some(Duration::ZERO),
-                    ..fact(&d, p, false, 0)
-                },
-            ));
+                    age,
+                    ..as_held(k, pause.clone(), crash)
+                };
+                (k, f)
+            }));
         }
         let out = core.tick(Duration::from_secs(t), LEAD, facts);
         for h in &out.holds {

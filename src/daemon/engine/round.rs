@@ -279,10 +279,11 @@ impl Engine {
                         .and_then(|p| p.hold.as_ref())
                         .is_some_and(|h| h.no_probe),
                     uncreated: e.view.uncreated,
+                    // Created "after" this clock (skew): just now.
                     age: e
                         .view
                         .created
-                        .and_then(|c| (wall - c).to_std().ok().or(Some(Duration::ZERO))),
+                        .map(|c| (wall - c).to_std().unwrap_or(Duration::ZERO)),
                     crash_count: crashes,
                     backoff_remaining,
                     firing: alert,

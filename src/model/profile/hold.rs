@@ -65,9 +65,8 @@ pub struct HoldSpec {
     /// create call. A new object that appears while its domain's breaker is
     /// open (a scale-up, a replacement; not one that was being made before)
     /// is held before that call (reason `breaker-new`, its crash count
-    /// unchanged)
-    /// and released with the domain's other holds, lowest crash count
-    /// first: a create in a zone that fails every call only adds to the
+    /// unchanged) and released with the domain's other holds, lowest crash
+    /// count first: a create in a zone that fails every call only adds to the
     /// storm (CAPO main retries a failed create from 5 ms, doubling).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub new_until: Vec<String>,

@@ -55,11 +55,7 @@ impl Profile {
         view.pause = self.pause_state(annotations, &obj.data);
         view.clearable = self.clearable(&obj.data);
         view.uncreated = self.hold.as_ref().is_some_and(|h| {
-            !h.new_until.is_empty()
-                && !h
-                    .new_until
-                    .iter()
-                    .any(|p| obj.data.pointer(p).is_some_and(|v| !v.is_null()))
+            !h.new_until.is_empty() && !h.new_until.iter().any(|p| is_set(&obj.data, p))
         });
         view.skip_remediation = match self
             .remediation
@@ -153,9 +149,8 @@ impl Profile {
     /// on this object now: one of its fields is set or one of its
     /// conditions is there, and none of `keep_if_set` is set.
     pub fn clearable(&self, data: &Value) -> bool {
-        let set = |p: &String| data.pointer(p).is_some_and(|v| !v.is_null());
         let r = &self.remediation;
-        !r.keep_if_set.iter().any(set)
+        !r.keep_if_set.iter().any(|p| is_set(data, p))
             && (self.clear_paths(data).next().is_some()
                 || self
                     .condition_lists(data)
@@ -300,4 +295,9 @@ fn failing_value(v: &Value) -> bool {
         Value::Array(items) => !items.is_empty(),
         _ => true,
     }
+}
+
+/// Whether the field at JSON pointer `p` is there and not null.
+fn is_set(data: &Value, p: &str) -> bool {
+    data.pointer(p).is_some_and(|v| !v.is_null())
 }
