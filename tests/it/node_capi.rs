@@ -454,7 +454,24 @@ fn the_sidecar_component_runs_remedy_beside_the_real_capi_manager_and_its_hold_p
         message.contains("cluster.x-k8s.io/paused annotation"),
         "Paused condition's message: {message}"
     );
-    assert!(!held(&node, "m-ok"), "m-ok does not fail and is not held");
+    if held(&node, "m-ok") {
+        let log = node
+            .try_kubectl(&["-n", CAPI_NS, "logs", &pod, "-c", "remedy"])
+            .unwrap_or_else(|e| e);
+        let ok = node
+            .try_kubectl(&[
+                "-n",
+                FLEET,
+                "get",
+                "machines.v1beta2.cluster.x-k8s.io",
+                "-o",
+                "yaml",
+            ])
+            .unwrap_or_else(|e| e);
+        panic!(
+            "m-ok does not fail and is not held\n--- remedy log ---\n{log}\n--- Machines ---\n{ok}"
+        );
+    }
 
     // The breaker cools down (10 s): remedy clears the failure and removes
     // its pause; the real controller resumes.

@@ -297,7 +297,13 @@ impl Engine {
             (Some(v), Some(q)) => self.signal(v.query_scalar(q)).await.ok().flatten(),
             _ => None,
         };
-        self.round(now, wall, Pass::Tick { external }, leader);
+        // The round reads the store as it is now: on the clocks of now, not
+        // of before the signal calls above (up to `signals.timeout` each),
+        // or a breaker opened by a failure seen now dates from before it,
+        // and what was made before the failure reads as appeared while
+        // open (tests/it/node_capi.rs, Prometheus unreachable: a Machine
+        // made before the failure held as `breaker-new`).
+        self.round(self.now(), Utc::now(), Pass::Tick { external }, leader);
     }
 
     #[cfg(test)]

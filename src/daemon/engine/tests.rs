@@ -2,6 +2,7 @@ use super::*;
 use crate::config::AlertRule;
 use crate::config::Selector;
 use crate::daemon::execute::WriteLimiter;
+use crate::decide::breaker::BreakerState;
 use crate::decide::episodes::{MAX_EPISODES, Refusal};
 use crate::metrics::{EpisodeLabels, ScopeLabels};
 use crate::model::profile::HoldMark;
@@ -1274,4 +1275,63 @@ async fn a_new_server_is_held_by_an_early_round_while_its_breaker_is_open() {
         _ => None,
     });
     assert_eq!(reason.as_deref(), Some(crate::decide::NEW_REASON));
+}
+
+/// A tick's round reads the store after its signal calls, which may each
+/// wait up to `signals.timeout` (an unreachable Prometheus): its clocks are
+/// those of the round, so a breaker opened by a failure that came during
+/// the calls dates from after it. With the clocks of the tick's start, a
+/// resource made before the failure read as one that appeared while the
+/// breaker was open and was held as new (tests/it/node_capi.rs, CI).
+#[tokio::test]
+async fn a_breaker_opened_after_slow_signal_calls_dates_from_the_round() {
+    let mut c = cfg();
+    // Accepts connections and never answers: each query waits its timeout.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    c.signals.prometheus_url = Some(format!("http://{}", silent.local_addr().unwrap()));
+    c.signals.timeout = Duration::from_millis(600);
+    let metrics = Arc::new(Metrics::new(10));
+    let verifier = Arc::new(Verifier::new(&c.signals, metrics.clone()).unwrap());
+    let (plain, store) = engine(&c, true);
+    let e = Arc::new(Engine::new(
+        &c,
+        Deps {
+            profiles: plain.deps.profiles.clone(),
+            metrics,
+            store: store.clone(),
+            executor: plain.deps.executor.clone(),
+            verifier: Some(verifier),
+            leader: Leadership::fixed(true),
+            pause: None,
+            record: None,
+        },
+    ));
+    let ticking = tokio::spawn({
+        let e = e.clone();
+        async move { e.tick().await }
+    });
+    // The tick is in its recovery query now.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!ticking.is_finished(), "the query waits its timeout");
+    for n in ["a", "b", "c"] {
+        store.apply(0, &osm(n, true, json!({})));
+    }
+    let failed_at = e.now();
+    ticking.await.unwrap();
+    let st = e.state.locked();
+    let since: Vec<Duration> = st
+        .core
+        .breakers()
+        .states()
+        .filter_map(|(_, s)| match s {
+            BreakerState::Open { since, .. } => Some(since),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(since.len(), 1, "the failures open the breaker");
+    assert!(
+        since[0] >= failed_at,
+        "opened at {:?}, the failures came at {failed_at:?}",
+        since[0]
+    );
 }
