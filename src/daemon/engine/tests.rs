@@ -1335,3 +1335,44 @@ async fn a_breaker_opened_after_slow_signal_calls_dates_from_the_round() {
         since[0]
     );
 }
+
+/// #39: a probe's release keeps its resource busy while it runs, and the
+/// early rounds pass it by; CAPO main's failure after the unpause comes
+/// within milliseconds. When a goal that lets a resource go ends while a
+/// breaker is open, the engine is woken for an early round at once (not
+/// left to the next tick); while the breakers are closed it is not, nor
+/// for a hold.
+#[tokio::test]
+async fn a_release_ending_while_a_breaker_is_open_wakes_an_early_round() {
+    let (e, store) = engine_of(&cfg(), true, &["openstack-server"]);
+    for s in crate::daemon::watch::stream_ids(&e.deps.profiles, &cfg().namespaces) {
+        store.mark_synced(&s);
+    }
+    let key = |n: &str| ResourceKey::new("OpenStackServer", "ns", n);
+    store.apply(0, &server("ok", Some(false)));
+    e.tick().await;
+    let drain = || tokio::time::timeout(Duration::from_millis(10), store.changed());
+    let _ = drain().await;
+    // No worker yet: the goals wait in the queue.
+    let worker = tokio::spawn({
+        let e = e.clone();
+        async move { e.work().await }
+    });
+    let woken = || tokio::time::timeout(Duration::from_millis(500), store.changed());
+    // Closed: a release's end (it fails here: the client points nowhere)
+    // wakes nothing.
+    assert!(e.pending.offer(key("ok"), Goal::Release));
+    assert!(woken().await.is_err(), "closed: no early round");
+    for i in 0..3 {
+        store.apply(0, &server(&format!("bad{i}"), Some(true)));
+    }
+    e.tick().await; // opens the breaker; the holds are queued and fail
+    assert!(e.wants_early());
+    let _ = woken().await; // the applies' wake, and nothing from the holds
+    assert!(woken().await.is_err(), "a hold's end wakes nothing");
+    assert!(e.pending.offer(key("ok"), Goal::Release));
+    woken()
+        .await
+        .expect("a release's end wakes an early round while the breaker is open");
+    worker.abort();
+}
