@@ -49,7 +49,8 @@ pub struct Pace {
     /// Releases per second; `None` while nothing says the domain is in
     /// trouble, when only the budget limits releases.
     rate: Option<f64>,
-    /// Releases owed, at most one second's worth (or one release).
+    /// Releases owed: at most one carried from before, plus what the
+    /// time since the last call adds (at most a window's worth).
     credit: f64,
     last: Option<Duration>,
     window_start: Option<Duration>,
@@ -188,7 +189,15 @@ impl Pace {
         let Some(rate) = self.rate else {
             return usize::MAX;
         };
-        self.credit = (self.credit + rate * dt).min(rate.max(1.0));
+        // What the time since the last round owes, whatever the rounds'
+        // spacing: capped at one second's worth, a round every tick (5 s,
+        // no early rounds once a breaker cools) released a fifth of the
+        // pace, one at a time (capo_outage full, run 10: 15 held objects
+        // went 5 s apart after the return at a pace of 0.5 a second and
+        // more). At most a window's worth, and one carried: a long gap
+        // between rounds sends no burst.
+        let owed = rate * dt.min(self.cfg.window.as_secs_f64());
+        self.credit = self.credit.min(1.0) + owed;
         if self.credit.is_finite() && self.credit >= 1.0 {
             self.credit.floor() as usize
         } else {
@@ -536,12 +545,38 @@ mod tests {
     }
 
     #[test]
-    fn credit_never_exceeds_a_second_and_time_going_back_adds_none() {
+    fn credit_never_exceeds_a_window_and_time_going_back_adds_none() {
         let mut p = Pace::new(&cfg());
         p.opened();
         assert_eq!(p.allowance(secs(0), 80.0), 0);
-        assert_eq!(p.allowance(secs(1000), 80.0), 1, "at most one owed");
-        p.spend(1);
+        // One probe every 2 s, a 5-s window: 2.5 owed, not 500.
+        assert_eq!(p.allowance(secs(1000), 80.0), 2, "a window's worth");
+        p.spend(2);
         assert_eq!(p.allowance(secs(10), 80.0), 0);
+    }
+
+    /// The rounds' spacing does not change the pace: rounds 5 s apart (the
+    /// shipped tick, once no breaker is open proper) release at the pace,
+    /// as one-second rounds do. With the credit capped at one second's
+    /// worth they released one a round, a fifth of it.
+    #[test]
+    fn rounds_a_tick_apart_release_at_the_pace() {
+        for every in [1, 5] {
+            let mut p = Pace::new(&cfg());
+            p.opened();
+            p.closed();
+            assert_eq!(p.rate(), Some(0.5), "the probe pace goes on");
+            let mut released = 0;
+            // No answers: the pace stays where it is.
+            for t in (0..=60).step_by(every) {
+                let n = p.allowance(secs(t), 80.0);
+                p.spend(n);
+                released += n;
+            }
+            assert!(
+                (29..=31).contains(&released),
+                "rounds every {every} s: {released} in 60 s at 0.5 a second"
+            );
+        }
     }
 }
