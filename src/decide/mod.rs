@@ -687,7 +687,18 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             }
         }
         if ctx.sample {
+            let cooling = |b: &Breakers| -> BTreeSet<Arc<str>> {
+                b.states()
+                    .filter(|(_, s)| matches!(s, BreakerState::Cooling { .. }))
+                    .map(|(d, _)| d.clone())
+                    .collect()
+            };
+            let before = cooling(&core.breakers);
             out.changed = core.breakers.observe(now, samples, ctx.external);
+            // Open to cooling (the probes' answers) is no is_open change.
+            for d in cooling(&core.breakers).difference(&before) {
+                core.pace_mut(d).cooled();
+            }
         }
         for (domain, _, after) in &out.changed {
             let pace = core.pace_mut(domain);

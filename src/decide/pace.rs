@@ -73,6 +73,9 @@ pub struct Pace {
     /// A window with answers has ended since the breaker opened: those in
     /// `last_share` are the probes', not answers to releases made before.
     answered_open: bool,
+    /// The probes' answers cooled the breaker: the next window with two
+    /// answers or more, nearly all good, lifts the pace to at least `step`.
+    cooling: bool,
 }
 
 impl Pace {
@@ -93,6 +96,7 @@ impl Pace {
             threshold: None,
             idle: 0,
             answered_open: false,
+            cooling: false,
         }
     }
 
@@ -120,9 +124,26 @@ impl Pace {
     /// The domain's breaker opened: back to probing.
     pub fn opened(&mut self) {
         self.open = true;
+        self.cooling = false;
         self.answered_open = false;
         self.rate = Some(self.floor());
         self.credit = self.credit.min(1.0);
+    }
+
+    /// The probes' answers cooled the breaker. From the probe pace, doubling
+    /// per window, a zone's 15 held objects took two minutes after the
+    /// return (capo_outage full, runs 10-11). Now it sends two a window, and
+    /// once a window has two good answers or more (nearly all of them), the
+    /// pace goes from at least `step` a second. Not at the cooling itself,
+    /// nor on one answer: a lucky probe in a zone failing 60% is followed by
+    /// two releases, not a wave (a failing window halves the pace and opens
+    /// the breaker again).
+    pub fn cooled(&mut self) {
+        if self.open && self.probe_rate().is_some() {
+            self.cooling = true;
+            let two = 2.0 / self.cfg.window.as_secs_f64().max(1.0);
+            self.rate = Some(self.rate.unwrap_or(0.0).max(two));
+        }
     }
 
     /// Probing is off: an open domain releases nothing, whatever the
@@ -136,6 +157,7 @@ impl Pace {
     /// adaptive release. With probes the pace they built up goes on.
     pub fn closed(&mut self) {
         self.open = false;
+        self.cooling = false;
         self.misses = 0;
         if self.probe_rate().is_none() {
             self.rate = None;
@@ -237,6 +259,7 @@ impl Pace {
         self.idle = 0;
         self.answered_open |= self.open;
         let share = f64::from(self.ok) / f64::from(n);
+        let answered_ok = self.ok;
         let throttled = self.throttled > 0;
         self.last_share = Some(share);
         self.last_failed = self.failed;
@@ -269,7 +292,9 @@ impl Pace {
         } else if share >= SLOW_START && slow_start {
             // Open, from the probe pace: doubling only, so one lucky
             // window sends one more probe, not `step` more a second.
-            if self.open {
+            if self.cooling && answered_ok >= 2 {
+                (rate * 2.0).max(self.cfg.step)
+            } else if self.open {
                 rate * 2.0
             } else {
                 (rate * 2.0).max(rate + self.cfg.step)
@@ -542,6 +567,47 @@ mod tests {
         p.allowance(secs(25), 80.0);
         p.closed();
         assert!(!p.probed(), "closed again");
+    }
+
+    /// Once the probes cool the breaker, the pace sends two a window and a
+    /// window of two good answers or more lifts it to a step (before, only
+    /// doubling it); a single good answer doubles it, a failing window
+    /// halves it as before.
+    #[test]
+    fn two_good_answers_after_the_probes_cooled_the_breaker_lift_the_pace_to_a_step() {
+        let c = PaceConfig {
+            probe_every: Some(Duration::from_secs(20)),
+            step: 2.0,
+            ..cfg()
+        };
+        let window = |p: &mut Pace, t: u64, ok: u32, failed: u32| {
+            (0..ok).for_each(|_| p.outcome(Answer::Ok));
+            (0..failed).for_each(|_| p.outcome(Answer::Failed));
+            p.allowance(secs(t), 80.0);
+        };
+        let mut p = Pace::new(&c);
+        p.allowance(secs(0), 80.0);
+        p.opened();
+        assert_eq!(p.rate(), Some(0.05), "probes: one every 20 s");
+        p.cooled();
+        assert_eq!(p.rate(), Some(0.4), "two a 5-s window");
+        window(&mut p, 5, 1, 1);
+        assert_eq!(p.rate(), Some(0.2), "a failing window halves");
+        window(&mut p, 10, 1, 0);
+        assert_eq!(p.rate(), Some(0.4), "one good answer doubles");
+        window(&mut p, 15, 2, 0);
+        assert_eq!(p.rate(), Some(2.0), "two, a step");
+        window(&mut p, 20, 2, 0);
+        assert_eq!(p.rate(), Some(4.0), "then doubling");
+        // Without probes it waits for the close.
+        let mut q = Pace::new(&PaceConfig {
+            probe_every: None,
+            ..c
+        });
+        q.opened();
+        q.cooled();
+        window(&mut q, 5, 2, 0);
+        assert_eq!(q.allowance(secs(6), 80.0), 0);
     }
 
     #[test]

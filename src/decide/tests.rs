@@ -943,10 +943,12 @@ fn one_lucky_probe_in_a_60_percent_zone_does_not_release_the_zone() {
         "closed with resources still failing at {:?} s",
         &closed_while_broken[..closed_while_broken.len().min(5)]
     );
-    // At most twice the probe pace (60 s / 15 s = 4): a window of
-    // successes doubles it once, the next failures halve it again.
+    // The lucky probe cools the breaker; two releases a window follow, and
+    // only two good answers (0.16 in a 60% zone) would lift the pace to
+    // `step`: a failing window halves it and opens the breaker again. Nine
+    // in the minute (eight before the cooling sent two a window).
     assert!(
-        in_first_minute <= 8,
+        in_first_minute <= 9,
         "{in_first_minute} released in the minute after the lucky probe"
     );
     assert!(out_at_once <= 2, "{out_at_once} failing released at once");
