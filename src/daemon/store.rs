@@ -150,12 +150,6 @@ impl Store {
         self.changed.notified().await;
     }
 
-    /// Wakes [`Self::changed`] as a change would: what the engine decided
-    /// on while a goal ran may need a decision now that it is done.
-    pub fn nudge(&self) {
-        self.changed.notify_one();
-    }
-
     /// A reset of `key` is about to be written: watch for a stale write
     /// undoing it, from the counters the store shows now.
     pub fn expect_reset(&self, key: &ResourceKey) {

@@ -516,15 +516,6 @@ impl Engine {
                 }
             }
             self.pending.finish(&key);
-            // A goal that let its resource go (a probe's release) kept it
-            // busy for the rounds in between, and CAPO main writes a new
-            // failure within milliseconds of an unpause: with a breaker
-            // open, decide on it now, not at the next tick (its create
-            // retries from 5 ms, doubling).
-            let lets_go = matches!(goal, Goal::Release | Goal::Remediate | Goal::Retry(_));
-            if lets_go && self.wants_early() {
-                self.deps.store.nudge();
-            }
         }
     }
 
