@@ -5,7 +5,7 @@ use crate::config::BreakerConfig;
 use crate::decide::breaker::{BreakerState, OutageBreaker, Sample};
 use crate::model::domains::{CLUSTER, DomainBy, MAX_DOMAINS, OTHER};
 use crate::model::view::{ResourceKey, ResourceView};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -145,6 +145,15 @@ impl Breakers {
             let (ratio, failing) = b.judged();
             (k, b.state(), ratio, failing)
         })
+    }
+
+    /// Domains whose breaker is cooling (open, below `close_ratio`).
+    pub fn cooling(&self) -> BTreeSet<Arc<str>> {
+        self.map
+            .iter()
+            .filter(|(_, b)| matches!(b.state(), BreakerState::Cooling { .. }))
+            .map(|(d, _)| d.clone())
+            .collect()
     }
 
     /// Domains whose breaker is open, for /status.

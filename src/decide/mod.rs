@@ -687,16 +687,10 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
             }
         }
         if ctx.sample {
-            let cooling = |b: &Breakers| -> BTreeSet<Arc<str>> {
-                b.states()
-                    .filter(|(_, s)| matches!(s, BreakerState::Cooling { .. }))
-                    .map(|(d, _)| d.clone())
-                    .collect()
-            };
-            let before = cooling(&core.breakers);
+            let before = core.breakers.cooling();
             out.changed = core.breakers.observe(now, samples, ctx.external);
             // Open to cooling (the probes' answers) is no is_open change.
-            for d in cooling(&core.breakers).difference(&before) {
+            for d in core.breakers.cooling().difference(&before) {
                 core.pace_mut(d).cooled();
             }
         }
@@ -741,11 +735,7 @@ impl<K: Clone + Ord + Hash> Tick<'_, K> {
         // failed with was the domain's outage, so they go at the pace
         // without waiting out the backoff their holds built up.
         let back: BTreeSet<Arc<str>> = if core.cfg.breaker.release.probe_every.is_some() {
-            core.breakers
-                .states()
-                .filter(|(_, s)| matches!(s, BreakerState::Cooling { .. }))
-                .map(|(d, _)| d.clone())
-                .collect()
+            core.breakers.cooling()
         } else {
             BTreeSet::new()
         };
